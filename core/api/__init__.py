@@ -1,0 +1,3 @@
+from core.api.app import create_app
+
+__all__ = ["create_app"]

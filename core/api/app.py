@@ -1,0 +1,184 @@
+"""``create_app(settings)``: the one FastAPI app every surface serves (local, Lambda, SageMaker, Modal)."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from core.api.encode import dumps
+from core.api.routes import router
+from core.config import Settings
+from core.engine import Registry
+from core.errors import (
+    InvalidInput,
+    MethodNotAllowed,
+    NotFound,
+    TesseraError,
+    TooLarge,
+    Unauthorized,
+    ValidationFailed,
+)
+from core.metrics import Metrics
+
+log = logging.getLogger("tessera")
+
+#: routes reachable without an API key
+OPEN_PATHS = frozenset({"/health"})
+
+
+def error_response(exc: TesseraError) -> Response:
+    return Response(dumps(exc.body()), status_code=exc.status, media_type="application/json", headers=exc.headers())
+
+
+def _validation_error(exc: RequestValidationError) -> TesseraError:
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    if first.get("type") == "json_invalid":
+        return InvalidInput(f"request body is not valid JSON: {first.get('ctx', {}).get('error', '')}".strip(),
+                            code="invalid_json")
+    param = ".".join(loc) or None
+    message = "; ".join(
+        f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}" for e in errors[:5]
+    )
+    return ValidationFailed(message or "request does not match the schema", param=param)
+
+
+class Gate:
+    """Pure-ASGI middleware: API keys, body-size limit, request metrics. Cheap on the hot path."""
+
+    def __init__(self, app: ASGIApp, *, settings: Settings, metrics: Metrics):
+        self.app = app
+        self.keys = [k.encode() for k in settings.api_keys]
+        self.max_bytes = settings.max_request_bytes
+        self.metrics = metrics
+
+    def _authorized(self, scope: Scope) -> bool:
+        if not self.keys or scope["path"] in OPEN_PATHS:
+            return True
+        token = b""
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                scheme, _, rest = value.partition(b" ")
+                token = rest.strip() if scheme.lower() == b"bearer" else b""
+            elif name in (b"x-api-key", b"api-key") and not token:
+                token = value.strip()
+        # compare against every key in constant time (no early exit that leaks which key matched)
+        matched = False
+        for key in self.keys:
+            matched |= hmac.compare_digest(token, key)
+        return matched
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            if not self._authorized(scope):
+                await error_response(Unauthorized("missing or wrong API key (send 'Authorization: Bearer KEY')"))(
+                    scope, receive, send_wrapper
+                )
+                return
+            length = next((v for k, v in scope.get("headers", ()) if k == b"content-length"), None)
+            if length is not None and length.isdigit() and int(length) > self.max_bytes:
+                await error_response(self._too_large())(scope, receive, send_wrapper)
+                return
+            await self.app(scope, self._limited(receive), send_wrapper)
+        finally:
+            route = scope.get("route")
+            self.metrics.observe_request(getattr(route, "path", "unmatched"), status, time.perf_counter() - started)
+
+    def _too_large(self) -> TooLarge:
+        return TooLarge(f"request body exceeds {self.max_bytes} bytes", code="body_too_large")
+
+    def _limited(self, receive: Receive) -> Receive:
+        seen = 0
+
+        async def wrapped() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise self._too_large()
+            return message
+
+        return wrapped
+
+
+def create_app(settings: Settings, registry: Registry | None = None, *, metrics: Metrics | None = None) -> FastAPI:
+    """Build the app. With ``registry`` given (Lambda: built at init), the lifespan only starts batchers;
+    otherwise the lifespan loads the models from ``settings`` in a worker thread."""
+    metrics = metrics or Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if app.state.registry is None:
+            app.state.registry = await asyncio.to_thread(Registry.from_settings, settings, metrics)
+        await app.state.registry.start()
+        try:
+            yield
+        finally:
+            app.state.draining = True
+            await app.state.registry.stop(drain=True, timeout=settings.request_timeout_s)
+
+    app = FastAPI(
+        title="Tessera",
+        version="0.1.0",
+        summary="OpenAI-compatible embeddings, reranking and classification",
+        lifespan=lifespan,
+        default_response_class=Response,
+    )
+    app.state.settings = settings
+    app.state.registry = registry
+    app.state.metrics = metrics
+    app.state.draining = False
+    app.include_router(router)
+
+    @app.exception_handler(TesseraError)
+    async def _tessera_error(request: Request, exc: TesseraError) -> Response:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        return error_response(_validation_error(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        if isinstance(exc.__cause__, TesseraError):  # raised while FastAPI read the body (size limit)
+            return error_response(exc.__cause__)
+        if exc.status_code == 404:
+            return error_response(NotFound(f"no route {request.method} {request.url.path}"))
+        if exc.status_code == 405:
+            return error_response(MethodNotAllowed(f"method {request.method} not allowed on {request.url.path}"))
+        err = TesseraError(str(exc.detail))
+        err.status = exc.status_code
+        return error_response(err)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        # the last guard: a bug, not bad input. Logged with its traceback; the client gets the error shape.
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(TesseraError(f"internal error ({type(exc).__name__})"))
+
+    app.add_middleware(Gate, settings=settings, metrics=metrics)
+    return app

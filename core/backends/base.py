@@ -1,0 +1,39 @@
+"""The backend contract: accelerator/runtime code only. No tokenizers, no HTTP, no pooling.
+
+A backend runs one *head* of a model folder on named numpy inputs and returns named numpy outputs:
+
+- ``encoder``: ``input_ids``, ``attention_mask`` (and ``token_type_ids`` where the model takes them)
+  → ``last_hidden_state`` (batch, seq, hidden).
+
+Tasks name the head they need; later heads (``sequence-classification`` → ``logits``, ...) follow the
+same shape.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Mapping, Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: ClassVar[str]
+    #: fixed compiled batch size (Neuron) or None for dynamic shapes
+    max_batch_size: int | None
+
+    def load(self, model_dir: Path, *, head: str, device: str, dtype: str, threads: int) -> None: ...
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]: ...
+
+    def health(self) -> None:
+        """Raise ``BackendFailure`` when the backend cannot serve."""
+        ...
+
+    def describe(self) -> dict:
+        """What ``/v1/models`` shows of it (runtime, device, dtype, providers)."""
+        ...
+
+
+HEADS = ("encoder",)

@@ -1,0 +1,82 @@
+"""ONNX Runtime backend. Imports no torch, so it serves in the Lambda image."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Mapping
+
+import numpy as np
+
+from core.config import ModelSpec
+from core.errors import BackendFailure, InvalidInput, require
+
+_OUTPUT = {"encoder": "last_hidden_state"}
+
+
+def _providers(ort, device: str) -> list[str]:
+    if device == "cpu":
+        return ["CPUExecutionProvider"]
+    if device.startswith("cuda"):
+        available = ort.get_available_providers()
+        if "CUDAExecutionProvider" not in available:
+            raise InvalidInput(
+                f"device {device!r}: onnxruntime has no CUDA provider here ({available}); "
+                "install onnxruntime-gpu"
+            )
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    raise InvalidInput(f"onnx backend: unknown device {device!r}")
+
+
+class OnnxBackend:
+    name: ClassVar[str] = "onnx"
+    max_batch_size: int | None = None
+
+    @classmethod
+    def from_spec(cls, spec: ModelSpec) -> "OnnxBackend":
+        from core.backends.registry import onnx_file_for
+
+        return cls(onnx_file=onnx_file_for(spec))
+
+    def __init__(self, onnx_file: Path | None = None) -> None:
+        self._onnx_file = onnx_file
+        self._session = None
+        self._inputs: frozenset[str] = frozenset()
+        self._output = "last_hidden_state"
+        self._device = "cpu"
+        self._dtype = "float32"
+
+    def load(self, model_dir: Path, *, head: str, device: str, dtype: str, threads: int) -> None:
+        ort = require("onnxruntime", "onnx")
+        path = self._onnx_file or Path(model_dir) / "onnx" / "model.onnx"
+        if not Path(path).exists():
+            raise InvalidInput(
+                f"no ONNX graph at {path}: export one with `python scripts/export_onnx.py {model_dir} OUT`"
+            )
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        self._session = ort.InferenceSession(str(path), sess_options=opts, providers=_providers(ort, device))
+        self._inputs = frozenset(i.name for i in self._session.get_inputs())
+        outputs = [o.name for o in self._session.get_outputs()]
+        wanted = _OUTPUT.get(head)
+        if wanted not in outputs:
+            raise InvalidInput(f"{path}: ONNX graph has no output {wanted!r} (outputs: {outputs})")
+        self._output, self._device, self._dtype = wanted, device, dtype
+        self._onnx_file = Path(path)
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        if self._session is None:
+            raise BackendFailure("onnx backend used before load()")
+        feeds = {k: v for k, v in inputs.items() if k in self._inputs}
+        (out,) = self._session.run([self._output], feeds)
+        return {self._output: out if out.dtype == np.float32 else out.astype(np.float32)}
+
+    def health(self) -> None:
+        if self._session is None:
+            raise BackendFailure("onnx session not loaded")
+
+    def describe(self) -> dict:
+        return {"backend": self.name, "device": self._device, "dtype": self._dtype,
+                "file": self._onnx_file.name if self._onnx_file else None}

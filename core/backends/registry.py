@@ -1,0 +1,48 @@
+"""The one place that chooses a backend. Backends are imported on demand, so a process that serves
+ONNX never imports torch."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from core.backends.base import Backend
+from core.config import ModelSpec
+from core.errors import InvalidInput, MissingDependency
+
+# name → (module, class, extra that installs it)
+BACKENDS: dict[str, tuple[str, str, str]] = {
+    "torch": ("core.backends.torch", "TorchBackend", "torch"),
+    "onnx": ("core.backends.onnx", "OnnxBackend", "onnx"),
+}
+
+
+def onnx_file_for(spec: ModelSpec) -> Path | None:
+    """The ONNX graph a spec points at, if any: ``onnx_file``, else ``onnx/model.onnx`` or ``model.onnx``."""
+    if spec.onnx_file is not None:
+        return Path(spec.onnx_file)
+    for candidate in (spec.path / "onnx" / "model.onnx", spec.path / "model.onnx"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def resolve_name(spec: ModelSpec) -> str:
+    """``auto`` → onnx when the folder carries an ONNX graph, else torch."""
+    if spec.backend != "auto":
+        if spec.backend not in BACKENDS:
+            raise InvalidInput(f"unknown backend {spec.backend!r}; known: {sorted(BACKENDS)}")
+        return spec.backend
+    return "onnx" if onnx_file_for(spec) is not None else "torch"
+
+
+def create_backend(spec: ModelSpec) -> Backend:
+    name = resolve_name(spec)
+    module_name, class_name, extra = BACKENDS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise MissingDependency(
+            f"backend {name!r} needs the extra [{extra}]: pip install 'tessera[{extra}]' ({exc})"
+        ) from exc
+    return getattr(module, class_name).from_spec(spec)

@@ -1,0 +1,280 @@
+"""Dynamic batching by token budget.
+
+- Runs at once when idle (no fixed wait window); while the backend is busy, new work coalesces.
+- A batch is bounded by ``max_batch_tokens`` *padded* tokens (items × longest item) and
+  ``max_batch_size`` items.
+- Length-aware: from the oldest ``window`` queued items, sorted by length, the batch that holds the
+  oldest item is run, so similar lengths share a batch (less padding) and nobody starves.
+- Bounded queue: more than ``max_queue_items`` queued items → ``Overloaded`` (429).
+- Work whose deadline passed, or whose caller went away (cancelled), is dropped before inference.
+- One request's items may span several batches; its result is assembled in order.
+- A failing batch fails only the requests that had items in it.
+
+The batch function runs on a dedicated thread, so the event loop stays free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from core.errors import BackendFailure, NotReady, Overloaded, TesseraError, Timeout
+
+log = logging.getLogger(__name__)
+
+BatchFn = Callable[[list[Any]], list[Any]]
+
+
+@dataclass(eq=False, slots=True)
+class _Request:
+    future: asyncio.Future
+    results: list
+    remaining: int
+    deadline: float | None
+    enqueued: float
+    cancelled: bool = False
+
+    def done(self) -> bool:
+        return self.cancelled or self.future.done()
+
+
+@dataclass(slots=True)
+class _Slot:
+    request: _Request
+    index: int
+    item: Any
+    cost: int
+
+
+@dataclass
+class BatchStats:
+    """What the batcher reports per batch (hooked to metrics by the engine)."""
+
+    size: int
+    tokens: int
+    padded_tokens: int
+    queue_seconds: list[float] = field(default_factory=list)
+    run_seconds: float = 0.0
+
+
+class Batcher:
+    def __init__(
+        self,
+        fn: BatchFn,
+        *,
+        max_batch_tokens: int,
+        max_batch_size: int,
+        max_queue_items: int,
+        retry_after_s: int = 1,
+        window: int | None = None,
+        name: str = "model",
+        on_batch: Callable[[BatchStats], None] | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
+        on_success: Callable[[], None] | None = None,
+        on_drop: Callable[[str], None] | None = None,
+    ):
+        self._fn = fn
+        self.max_batch_tokens = max_batch_tokens
+        self.max_batch_size = max_batch_size
+        self.max_queue_items = max_queue_items
+        self.retry_after_s = retry_after_s
+        self.window = window or max_batch_size * 4
+        self.name = name
+        self._on_batch = on_batch
+        self._on_error = on_error
+        self._on_success = on_success
+        self._on_drop = on_drop
+        self._queue: list[_Slot] = []
+        self._wakeup: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._accepting = False
+
+    # lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._task is not None:
+            return
+        self._wakeup = asyncio.Event()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"infer-{self.name}")
+        self._accepting = True
+        self._task = asyncio.create_task(self._loop(), name=f"batcher-{self.name}")
+
+    async def stop(self, drain: bool = True, timeout: float | None = None) -> None:
+        self._accepting = False
+        if self._task is None:
+            return
+        if drain:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while self._queue or self._busy:
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.01)
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+        self._task = None
+        for slot in self._queue:
+            if not slot.request.future.done():
+                slot.request.future.set_exception(NotReady("server is shutting down"))
+        self._queue.clear()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def depth(self) -> int:
+        return len(self._queue)
+
+    _busy: bool = False
+
+    # submit ----------------------------------------------------------------------------------
+    async def submit(self, items: Sequence[Any], *, costs: Sequence[int], deadline: float | None = None) -> list:
+        """Queue ``items`` (with their token ``costs``); return their results in order."""
+        if not self._accepting:
+            raise NotReady("server is not accepting work (starting or shutting down)")
+        n = len(items)
+        if n == 0:
+            return []
+        if len(self._queue) + n > self.max_queue_items:
+            raise Overloaded(
+                f"model {self.name!r} is overloaded: {len(self._queue)} items queued "
+                f"(limit {self.max_queue_items}); retry later",
+                retry_after=self.retry_after_s,
+            )
+        loop = asyncio.get_running_loop()
+        now = time.monotonic()
+        req = _Request(loop.create_future(), [None] * n, n, deadline, now)
+        self._queue.extend(_Slot(req, i, item, int(c)) for i, (item, c) in enumerate(zip(items, costs)))
+        self._wakeup.set()
+        try:
+            if deadline is None:
+                return await req.future
+            return await asyncio.wait_for(req.future, max(deadline - time.monotonic(), 0.0))
+        except asyncio.TimeoutError:
+            req.cancelled = True
+            raise Timeout("the request's deadline passed before it was served") from None
+        except asyncio.CancelledError:
+            req.cancelled = True  # caller went away (client disconnect): drop its queued work
+            raise
+
+    # loop ------------------------------------------------------------------------------------
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._queue:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            batch = self._take()
+            if not batch:
+                continue
+            stats = BatchStats(
+                size=len(batch),
+                tokens=sum(s.cost for s in batch),
+                padded_tokens=len(batch) * max(s.cost for s in batch),
+            )
+            now = time.monotonic()
+            stats.queue_seconds = [now - s.request.enqueued for s in batch]
+            self._busy = True
+            try:
+                results = await loop.run_in_executor(self._executor, self._fn, [s.item for s in batch])
+                if len(results) != len(batch):
+                    raise BackendFailure(f"batch returned {len(results)} results for {len(batch)} items")
+            except asyncio.CancelledError:
+                self._fail(batch, NotReady("server is shutting down"))
+                raise
+            except TesseraError as exc:
+                self._report_error(exc)
+                self._fail(batch, exc)
+                continue
+            except Exception as exc:  # a backend/runtime fault: fail this batch's requests only
+                log.exception("batch of %d items failed on model %s", len(batch), self.name)
+                self._report_error(exc)
+                self._fail(batch, BackendFailure(f"inference failed: {type(exc).__name__}: {exc}"))
+                continue
+            finally:
+                self._busy = False
+            stats.run_seconds = time.monotonic() - now
+            if self._on_success:
+                self._on_success()
+            if self._on_batch:
+                self._on_batch(stats)
+            for slot, result in zip(batch, results):
+                req = slot.request
+                if req.future.done():
+                    continue
+                req.results[slot.index] = result
+                req.remaining -= 1
+                if req.remaining == 0:
+                    req.future.set_result(req.results)
+
+    def _dropped(self, reason: str) -> None:
+        if self._on_drop:
+            self._on_drop(reason)
+
+    def _report_error(self, exc: BaseException) -> None:
+        if self._on_error:
+            self._on_error(exc)
+
+    @staticmethod
+    def _fail(batch: list[_Slot], exc: BaseException) -> None:
+        for slot in batch:
+            if not slot.request.future.done():
+                slot.request.future.set_exception(exc)
+
+    def _take(self) -> list[_Slot]:
+        """Pop the next batch: drop dead work, then pick by length around the oldest item."""
+        now = time.monotonic()
+        live: list[_Slot] = []
+        for slot in self._queue:
+            req = slot.request
+            if req.done():
+                if req.cancelled:
+                    self._dropped("cancelled")
+                continue
+            if req.deadline is not None and now > req.deadline:
+                self._dropped("deadline")
+                req.future.set_exception(Timeout("the request's deadline passed while it was queued"))
+                continue
+            live.append(slot)
+        self._queue = live
+        if not live:
+            return []
+        window = live[: self.window]
+        if len(window) <= self.max_batch_size and self._fits(window):
+            chosen = window
+        else:
+            chosen = self._around_oldest(window)
+        picked = set(map(id, chosen))
+        self._queue = [s for s in live if id(s) not in picked]
+        return chosen
+
+    def _fits(self, slots: list[_Slot]) -> bool:
+        return len(slots) * max(s.cost for s in slots) <= self.max_batch_tokens
+
+    def _around_oldest(self, window: list[_Slot]) -> list[_Slot]:
+        """Grow a batch from the oldest item through its length-neighbours within the budget."""
+        ordered = sorted(window, key=lambda s: s.cost)
+        anchor = ordered.index(window[0])
+        lo = hi = anchor
+        longest = ordered[anchor].cost
+        while hi - lo + 1 < self.max_batch_size:
+            # prefer the shorter neighbour (keeps the batch's longest item small), else the longer one
+            grew = False
+            if lo > 0 and (hi - lo + 2) * longest <= self.max_batch_tokens:
+                lo -= 1
+                grew = True
+            elif hi + 1 < len(ordered):
+                cand = max(longest, ordered[hi + 1].cost)
+                if (hi - lo + 2) * cand <= self.max_batch_tokens:
+                    hi += 1
+                    longest = cand
+                    grew = True
+            if not grew:
+                break
+        return ordered[lo : hi + 1]

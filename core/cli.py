@@ -1,0 +1,75 @@
+"""``python -m core serve [--model PATH[:NAME]]... [--port N] ...`` over the same Settings.
+
+Every Settings field becomes an option (``--max-request-bytes``), each listing its ``TESSERA_`` variable;
+options given on the command line win over the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from core.config import ModelSpec, Settings
+
+_SKIP = {"models"}  # given as --model / --models-json
+
+
+def _parse_model(value: str) -> dict:
+    path, sep, name = value.rpartition(":")
+    if not sep or not path or "/" in name:  # no NAME part (or a ':' inside the path)
+        path, name = value, ""
+    spec = {"path": path}
+    if name:
+        spec["name"] = name
+    return spec
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m core", description="Tessera: serve embedding models")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve models over HTTP (uvicorn)",
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    serve.add_argument("--model", action="append", default=[], metavar="PATH[:NAME]",
+                       help="a model folder to serve, optionally with its served name (repeatable); "
+                            "env TESSERA_MODELS (JSON list of specs with more fields: "
+                            + ", ".join(ModelSpec.model_fields) + ")")
+    serve.add_argument("--backend", default=None, help="backend for every --model: auto | torch | onnx")
+    for name, field in Settings.model_fields.items():
+        if name in _SKIP:
+            continue
+        env = f"TESSERA_{name.upper()}"
+        flag = "--" + name.replace("_", "-")
+        help_text = f"{field.description or name} (env {env})"
+        if field.annotation is bool:
+            serve.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif name == "api_keys":
+            serve.add_argument("--api-key", dest="api_keys", action="append", default=None, help=help_text)
+        else:
+            serve.add_argument(flag, dest=name, default=None, help=help_text)
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    given = {k: v for k, v in vars(args).items() if k in Settings.model_fields and v is not None}
+    if args.model:
+        specs = [_parse_model(m) for m in args.model]
+        if args.backend:
+            for spec in specs:
+                spec["backend"] = args.backend
+        given["models"] = specs
+    return Settings(**given)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = settings_from_args(args)
+    import uvicorn
+
+    from core.api.app import create_app
+    from core.logs import configure_logging
+
+    configure_logging(settings.log_level)
+    uvicorn.run(create_app(settings), host=settings.host, port=int(settings.port), loop="auto", http="auto",
+                access_log=False, log_level=settings.log_level)
+    return 0

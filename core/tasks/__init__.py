@@ -1,0 +1,18 @@
+"""Task modules, one per task. ``create_task`` is the one place that maps a task name to its class."""
+
+from __future__ import annotations
+
+import importlib
+
+from core.errors import InvalidInput
+
+TASKS: dict[str, tuple[str, str]] = {
+    "embed": ("core.tasks.embed", "EmbedTask"),
+}
+
+
+def create_task(name: str, info, spec):
+    if name not in TASKS:
+        raise InvalidInput(f"unknown task {name!r}; known: {sorted(TASKS)}")
+    module, cls = TASKS[name]
+    return getattr(importlib.import_module(module), cls)(info, spec)

@@ -1,0 +1,35 @@
+"""The per-task contract (small, like LitServe's): what a task does before and after the backend.
+
+    prepare(request)            -> items      worker thread: tokenize / decode; each item has .cost
+    collate(items)              -> inputs     inference thread: pad a batch into named arrays
+    postprocess(outputs, items) -> results    inference thread: one result per item (pooling, scores)
+    finish(request, items, results) -> reply  request's own: per-request options (normalize, dimensions)
+
+Items of many requests share a batch; ``finish`` sees only its own request's items and results.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Mapping, Protocol, Sequence
+
+import numpy as np
+
+
+class Item(Protocol):
+    @property
+    def cost(self) -> int: ...
+
+
+class Task(Protocol):
+    name: ClassVar[str]
+    head: ClassVar[str]
+
+    def prepare(self, request: Any) -> Sequence[Item]: ...
+
+    def collate(self, items: Sequence[Item]) -> Mapping[str, np.ndarray]: ...
+
+    def postprocess(self, outputs: Mapping[str, np.ndarray], items: Sequence[Item]) -> list[Any]: ...
+
+    def finish(self, request: Any, items: Sequence[Item], results: list[Any]) -> Any: ...
+
+    def describe(self) -> dict: ...

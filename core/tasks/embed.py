@@ -1,0 +1,102 @@
+"""Text embeddings: tokenize → encoder → pool (sentence-transformers semantics) → normalize/Matryoshka."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from core.config import ModelSpec
+from core.errors import InvalidInput
+from core.loading import ModelInfo
+from core.tokenization import Encoded, TextTokenizer, pad_batch
+
+
+@dataclass(slots=True)
+class EmbedRequest:
+    texts: list[str] | None = None
+    token_ids: list[list[int]] | None = None
+    truncate: bool = True
+    normalize: bool | None = None  # None: the model's own default
+    dimensions: int | None = None
+
+
+@dataclass(slots=True)
+class EmbedResult:
+    vectors: np.ndarray  # float32 (n, d)
+    prompt_tokens: int
+
+
+def pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
+    """Pool token vectors (batch, seq, dim) under an attention mask, as sentence-transformers' Pooling."""
+    m = mask[:, :, None].astype(hidden.dtype)
+    if mode == "cls":
+        return hidden[:, 0]
+    if mode == "lasttoken":
+        last = mask.sum(axis=1).astype(np.int64) - 1
+        return hidden[np.arange(hidden.shape[0]), np.maximum(last, 0)]
+    if mode == "max":
+        return np.where(m > 0, hidden, np.float32(-1e9)).max(axis=1)
+    counts = np.maximum(m.sum(axis=1), 1e-9)
+    summed = (hidden * m).sum(axis=1)
+    if mode == "mean":
+        return summed / counts
+    if mode == "mean_sqrt_len_tokens":
+        return summed / np.sqrt(counts)
+    raise InvalidInput(f"unknown pooling mode {mode!r}")
+
+
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    return x / np.maximum(norms, 1e-12)
+
+
+class EmbedTask:
+    name: ClassVar[str] = "embed"
+    head: ClassVar[str] = "encoder"
+
+    def __init__(self, info: ModelInfo, spec: ModelSpec):
+        self.info = info
+        self.tokenizer = TextTokenizer(info.folder, info.max_length)
+        self.pad_multiple = spec.pad_to_multiple_of
+
+    # worker thread
+    def prepare(self, request: EmbedRequest) -> list[Encoded]:
+        if request.dimensions is not None and self.info.dimension and request.dimensions > self.info.dimension:
+            raise InvalidInput(
+                f"dimensions={request.dimensions} exceeds the model's dimension {self.info.dimension}",
+                param="dimensions",
+            )
+        if request.token_ids is not None:
+            return self.tokenizer.from_ids(request.token_ids, truncate=request.truncate)
+        return self.tokenizer.encode(request.texts or [], truncate=request.truncate)
+
+    # inference thread
+    def collate(self, items: Sequence[Encoded]) -> Mapping[str, np.ndarray]:
+        return pad_batch(items, self.tokenizer.pad_id, self.pad_multiple)
+
+    def postprocess(self, outputs: Mapping[str, np.ndarray], items: Sequence[Encoded]) -> list[np.ndarray]:
+        hidden = outputs["last_hidden_state"]
+        lengths = np.fromiter((it.cost for it in items), dtype=np.int64, count=len(items))
+        mask = (np.arange(hidden.shape[1])[None, :] < lengths[:, None]).astype(np.int64)
+        pooled = pool(hidden, mask, self.info.pooling).astype(np.float32, copy=False)
+        return list(pooled)
+
+    def finish(self, request: EmbedRequest, items: Sequence[Encoded], results: list[np.ndarray]) -> EmbedResult:
+        vectors = np.stack(results) if results else np.zeros((0, self.info.dimension or 0), np.float32)
+        normalize = self.info.normalize if request.normalize is None else request.normalize
+        if request.dimensions is not None:
+            vectors = vectors[:, : request.dimensions]
+        if normalize:
+            vectors = l2_normalize(vectors)
+        return EmbedResult(np.ascontiguousarray(vectors, dtype=np.float32), sum(it.cost for it in items))
+
+    def describe(self) -> dict:
+        return {
+            "task": self.name,
+            "dimension": self.info.dimension,
+            "max_length": self.info.max_length,
+            "pooling": self.info.pooling,
+            "normalize": self.info.normalize,
+        }

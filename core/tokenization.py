@@ -1,0 +1,115 @@
+"""Fast tokenization with the Rust ``tokenizers`` library (no transformers import, so the ONNX path
+starts fast). Truncation and padding are ours: the folder's tokenizer.json settings are reset."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from core.errors import InvalidInput, TooLarge
+
+
+@dataclass(slots=True)
+class Encoded:
+    """One tokenized input: what the batcher costs and the collator pads."""
+
+    ids: np.ndarray  # int64 (n,)
+    type_ids: np.ndarray  # int64 (n,)
+
+    @property
+    def cost(self) -> int:
+        return int(self.ids.shape[0])
+
+
+class TextTokenizer:
+    def __init__(self, folder: Path, max_length: int):
+        from tokenizers import Tokenizer
+
+        path = Path(folder) / "tokenizer.json"
+        if not path.exists():
+            raise InvalidInput(f"{folder} has no tokenizer.json (a fast tokenizer is required)")
+        self.max_length = max_length
+        self._truncating = Tokenizer.from_file(str(path))
+        self._truncating.no_padding()
+        self._truncating.enable_truncation(max_length)
+        self._full = Tokenizer.from_file(str(path))
+        self._full.no_padding()
+        self._full.no_truncation()
+        self.vocab_size = self._full.get_vocab_size(with_added_tokens=True)
+        self.pad_id = self._pad_id(folder)
+
+    def _pad_id(self, folder: Path) -> int:
+        import json
+
+        cfg_path = Path(folder) / "config.json"
+        cfg = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
+        if cfg.get("pad_token_id") is not None:
+            return int(cfg["pad_token_id"])
+        for token in ("[PAD]", "<pad>", "<|endoftext|>"):
+            tid = self._full.token_to_id(token)
+            if tid is not None:
+                return tid
+        return 0
+
+    def encode(self, texts: Sequence[str], *, truncate: bool = True) -> list[Encoded]:
+        """Tokenize texts (with the model's special tokens). ``truncate=False`` refuses over-long input."""
+        if truncate:
+            encodings = self._truncating.encode_batch(list(texts))
+        else:
+            encodings = self._full.encode_batch(list(texts))
+            for i, enc in enumerate(encodings):
+                if len(enc.ids) > self.max_length:
+                    raise TooLarge(
+                        f"input[{i}] has {len(enc.ids)} tokens, more than the model's maximum of "
+                        f"{self.max_length}; send shorter text or set truncate=true",
+                        param="input", code="input_too_long",
+                    )
+        return [
+            Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64))
+            for e in encodings
+        ]
+
+    def from_ids(self, sequences: Sequence[Sequence[int]], *, truncate: bool = True) -> list[Encoded]:
+        """Token-id input, taken as the complete model input (special tokens included, as /v1/tokenize returns)."""
+        out = []
+        for i, seq in enumerate(sequences):
+            ids = np.asarray(seq, dtype=np.int64)
+            if ids.ndim != 1 or ids.size == 0:
+                raise InvalidInput(f"input[{i}]: token ids must be a non-empty list of integers", param="input")
+            if ids.min() < 0 or ids.max() >= self.vocab_size:
+                raise InvalidInput(
+                    f"input[{i}]: token ids must be in [0, {self.vocab_size})", param="input", code="invalid_token_id"
+                )
+            if ids.size > self.max_length:
+                if not truncate:
+                    raise TooLarge(
+                        f"input[{i}] has {ids.size} tokens, more than the model's maximum of {self.max_length}",
+                        param="input", code="input_too_long",
+                    )
+                ids = ids[: self.max_length]
+            out.append(Encoded(ids, np.zeros_like(ids)))
+        return out
+
+    def tokenize(self, texts: Sequence[str]) -> list[tuple[list[int], list[str]]]:
+        encodings = self._truncating.encode_batch(list(texts))
+        return [(list(e.ids), list(e.tokens)) for e in encodings]
+
+
+def pad_batch(items: Sequence[Encoded], pad_id: int, multiple_of: int = 1) -> dict[str, np.ndarray]:
+    """Right-pad to the batch's own longest item (rounded up to ``multiple_of``)."""
+    longest = max(item.cost for item in items)
+    if multiple_of > 1:
+        longest = -(-longest // multiple_of) * multiple_of
+    n = len(items)
+    input_ids = np.full((n, longest), pad_id, dtype=np.int64)
+    type_ids = np.zeros((n, longest), dtype=np.int64)
+    mask = np.zeros((n, longest), dtype=np.int64)
+    for row, item in enumerate(items):
+        k = item.cost
+        input_ids[row, :k] = item.ids
+        type_ids[row, :k] = item.type_ids
+        mask[row, :k] = 1
+    return {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": type_ids}
