@@ -7,8 +7,6 @@ options given on the command line win over the environment.
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 from core.config import ModelSpec, Settings
 

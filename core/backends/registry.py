@@ -18,10 +18,15 @@ BACKENDS: dict[str, tuple[str, str, str]] = {
 
 
 def onnx_file_for(spec: ModelSpec) -> Path | None:
-    """The ONNX graph a spec points at, if any: ``onnx_file``, else ``onnx/model.onnx`` or ``model.onnx``."""
+    """The ONNX graph a spec points at, if any: ``onnx_file``, else in the folder ``onnx/model.onnx`` or
+    ``model.onnx`` (with ``dtype: int8``: ``onnx/model_int8.onnx`` or ``onnx/model_quantized.onnx``)."""
     if spec.onnx_file is not None:
         return Path(spec.onnx_file)
-    for candidate in (spec.path / "onnx" / "model.onnx", spec.path / "model.onnx"):
+    if spec.dtype == "int8":
+        names = ("onnx/model_int8.onnx", "onnx/model_quantized.onnx", "model_int8.onnx", "model_quantized.onnx")
+    else:
+        names = ("onnx/model.onnx", "model.onnx")
+    for candidate in (spec.path / name for name in names):
         if candidate.exists():
             return candidate
     return None

@@ -1,0 +1,110 @@
+"""Model folder → ONNX folder: ``torch.onnx.export`` of the encoder, ONNX Runtime's transformer
+fusions (attention, LayerNorm, GELU, embeddings), and optional int8 dynamic quantization.
+
+The output is a complete model folder (config, tokenizer and sentence-transformers files copied)
+with ``onnx/model.onnx`` (fp32) and, with ``int8=True``, ``onnx/model_int8.onnx``; serve it with
+``backend: onnx`` (``dtype: int8`` picks the quantized graph).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+from core.errors import require
+
+log = logging.getLogger(__name__)
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ot")
+
+
+def copy_model_files(src: Path, dst: Path) -> None:
+    """Copy everything but weights (config, tokenizer, sentence-transformers modules)."""
+    for path in src.rglob("*"):
+        rel = path.relative_to(src)
+        if path.is_dir() or path.suffix in WEIGHT_SUFFIXES or rel.parts[0] in ("onnx", ".git"):
+            continue
+        target = dst / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+
+
+def export_encoder(src: Path, out_file: Path, *, opset: int = 17) -> None:
+    torch = require("torch", "export")
+    transformers = require("transformers", "export")
+    model = transformers.AutoModel.from_pretrained(str(src), dtype=torch.float32, attn_implementation="eager")
+    model.eval()  # dropout must not land in the graph
+    import inspect
+
+    accepted = inspect.signature(model.forward).parameters
+    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in accepted]
+    sample = {n: torch.ones((2, 8), dtype=torch.long) for n in names}
+    if "token_type_ids" in sample:
+        sample["token_type_ids"] = torch.zeros((2, 8), dtype=torch.long)
+
+    class Encoder(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args):
+            return self.inner(**dict(zip(names, args))).last_hidden_state
+
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    with torch.inference_mode():
+        torch.onnx.export(
+            Encoder(model),
+            tuple(sample[n] for n in names),
+            str(out_file),
+            input_names=names,
+            output_names=["last_hidden_state"],
+            dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in names},
+                          "last_hidden_state": {0: "batch", 1: "sequence"}},
+            opset_version=opset,
+            dynamo=False,
+        )
+
+
+def optimize_transformer(path: Path, config: dict) -> bool:
+    """Fuse attention/LayerNorm/GELU in place with ONNX Runtime's transformer optimizer.
+    Returns False (and leaves the graph as exported) for model types the optimizer does not know."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    model_type = config.get("model_type", "bert")
+    known = {"bert", "roberta", "xlm-roberta", "distilbert", "electra", "mpnet", "bart", "gpt2", "t5"}
+    if model_type not in known:
+        log.warning("no transformer fusions for model_type %r; keeping the plain graph", model_type)
+        return False
+    fused = optimize_model(
+        str(path),
+        model_type="bert" if model_type in ("xlm-roberta", "roberta", "electra", "mpnet") else model_type,
+        num_heads=int(config.get("num_attention_heads", 0)),
+        hidden_size=int(config.get("hidden_size", 0)),
+        opt_level=1,
+        use_gpu=False,
+    )
+    log.info("fusions: %s", fused.get_fused_operator_statistics())
+    fused.save_model_to_file(str(path))
+    return True
+
+
+def quantize_int8(src_file: Path, dst_file: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(src_file), str(dst_file), weight_type=QuantType.QInt8)
+
+
+def export_folder(src: Path, dst: Path, *, optimize: bool = True, int8: bool = False, opset: int = 17) -> Path:
+    src, dst = Path(src), Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
+    copy_model_files(src, dst)
+    onnx_file = dst / "onnx" / "model.onnx"
+    export_encoder(src, onnx_file, opset=opset)
+    config = json.loads((src / "config.json").read_text())
+    if int8:  # quantize the plain graph: the quantizer cannot type the fused contrib ops
+        quantize_int8(onnx_file, dst / "onnx" / "model_int8.onnx")
+    if optimize:
+        optimize_transformer(onnx_file, config)
+    return dst
