@@ -150,12 +150,13 @@ class Registry:
             registry.engines[spec.served_name] = engine
         return registry
 
-    def get(self, served_name: str | None, task: str) -> Engine:
+    def get(self, served_name: str | None, capability: str) -> Engine:
+        """The engine serving ``served_name`` (optional when one model fits) that can do ``capability``."""
         if served_name is None or served_name == "":
             if len(self.engines) + len(self.failed) == 1 and self.engines:
                 engine = next(iter(self.engines.values()))
             else:
-                candidates = [e for e in self.engines.values() if e.task.name == task]
+                candidates = [e for e in self.engines.values() if capability in e.task.capabilities]
                 if len(candidates) != 1:
                     raise ModelNotFound(
                         f"several models are served; name one in 'model' (one of {sorted(self.engines)})",
@@ -170,9 +171,10 @@ class Registry:
             raise ModelNotFound(
                 f"model {served_name!r} not found; served models: {sorted(self.engines)}", param="model"
             )
-        if engine.task.name != task:
+        if capability not in engine.task.capabilities:
             raise Unsupported(
-                f"model {engine.name!r} serves the task {engine.task.name!r}, not {task!r}",
+                f"model {engine.name!r} ({engine.task.name}) cannot serve {capability!r}; "
+                f"it serves: {sorted(engine.task.capabilities)}",
                 param="model", code="unsupported_task",
             )
         return engine

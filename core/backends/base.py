@@ -1,12 +1,8 @@
 """The backend contract: accelerator/runtime code only. No tokenizers, no HTTP, no pooling.
 
-A backend runs one *head* of a model folder on named numpy inputs and returns named numpy outputs:
-
-- ``encoder``: ``input_ids``, ``attention_mask`` (and ``token_type_ids`` where the model takes them)
-  → ``last_hidden_state`` (batch, seq, hidden).
-
-Tasks name the head they need; later heads (``sequence-classification`` → ``logits``, ...) follow the
-same shape.
+A backend runs one *head* of a model folder (see ``heads.py``) on named numpy inputs and returns the
+head's named numpy outputs, e.g. ``encoder``: ``input_ids``, ``attention_mask`` (and ``token_type_ids``
+where the model takes them) → ``last_hidden_state`` (batch, seq, hidden).
 """
 
 from __future__ import annotations
@@ -34,6 +30,3 @@ class Backend(Protocol):
     def describe(self) -> dict:
         """What ``/v1/models`` shows of it (runtime, device, dtype, providers)."""
         ...
-
-
-HEADS = ("encoder",)

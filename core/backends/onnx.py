@@ -7,10 +7,10 @@ from typing import ClassVar, Mapping
 
 import numpy as np
 
+from core.backends.heads import get_head
 from core.config import ModelSpec
 from core.errors import BackendFailure, InvalidInput, require
 
-_OUTPUT = {"encoder": "last_hidden_state"}
 
 
 def _providers(ort, device: str) -> list[str]:
@@ -41,7 +41,7 @@ class OnnxBackend:
         self._onnx_file = onnx_file
         self._session = None
         self._inputs: frozenset[str] = frozenset()
-        self._output = "last_hidden_state"
+        self._outputs: list[str] = []
         self._device = "cpu"
         self._dtype = "float32"
 
@@ -60,18 +60,20 @@ class OnnxBackend:
         self._session = ort.InferenceSession(str(path), sess_options=opts, providers=_providers(ort, device))
         self._inputs = frozenset(i.name for i in self._session.get_inputs())
         outputs = [o.name for o in self._session.get_outputs()]
-        wanted = _OUTPUT.get(head)
-        if wanted not in outputs:
-            raise InvalidInput(f"{path}: ONNX graph has no output {wanted!r} (outputs: {outputs})")
-        self._output, self._device, self._dtype = wanted, device, dtype
+        wanted = list(get_head(head).outputs)
+        missing = [w for w in wanted if w not in outputs]
+        if missing:
+            raise InvalidInput(f"{path}: ONNX graph lacks outputs {missing} for head {head!r} (has {outputs})")
+        self._outputs, self._device, self._dtype = wanted, device, dtype
         self._onnx_file = Path(path)
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
         if self._session is None:
             raise BackendFailure("onnx backend used before load()")
         feeds = {k: v for k, v in inputs.items() if k in self._inputs}
-        (out,) = self._session.run([self._output], feeds)
-        return {self._output: out if out.dtype == np.float32 else out.astype(np.float32)}
+        results = self._session.run(self._outputs, feeds)
+        return {name: out if out.dtype == np.float32 else out.astype(np.float32)
+                for name, out in zip(self._outputs, results)}
 
     def health(self) -> None:
         if self._session is None:

@@ -7,13 +7,12 @@ from typing import ClassVar, Mapping
 
 import numpy as np
 
+from core.backends.heads import Head, get_head
 from core.config import ModelSpec
 from core.errors import BackendFailure, InvalidInput, require
 
 _DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
            "bfloat16": "bfloat16", "bf16": "bfloat16"}
-_HEAD_CLASSES = {"encoder": "AutoModel"}
-_OUTPUT = {"encoder": "last_hidden_state"}
 
 
 class TorchBackend:
@@ -28,7 +27,7 @@ class TorchBackend:
         self._model = None
         self._device = "cpu"
         self._dtype = "float32"
-        self._head = "encoder"
+        self._head: Head | None = None
         self._accepts: frozenset[str] = frozenset()
 
     def load(self, model_dir: Path, *, head: str, device: str, dtype: str, threads: int) -> None:
@@ -36,19 +35,18 @@ class TorchBackend:
         transformers = require("transformers", "torch")
         if dtype not in _DTYPES:
             raise InvalidInput(f"torch backend: dtype {dtype!r} not supported; use one of {sorted(_DTYPES)}")
-        if head not in _HEAD_CLASSES:
-            raise InvalidInput(f"torch backend: no head {head!r}")
+        spec = get_head(head)
         self._dtype = _DTYPES[dtype]
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise InvalidInput(f"device {device!r} requested but CUDA is not available to torch")
         if self._dtype != "float32" and device == "cpu" and self._dtype == "float16":
             raise InvalidInput("float16 on CPU is not supported by the torch backend; use float32 or bfloat16")
         torch.set_num_threads(threads)
-        auto = getattr(transformers, _HEAD_CLASSES[head])
+        auto = getattr(transformers, spec.auto_class)
         model = auto.from_pretrained(str(model_dir), dtype=getattr(torch, self._dtype))
         model.eval()
         self._model = model.to(device)
-        self._device, self._head = device, head
+        self._device, self._head = device, spec
         import inspect
 
         self._accepts = frozenset(inspect.signature(model.forward).parameters)
@@ -60,9 +58,8 @@ class TorchBackend:
             raise BackendFailure("torch backend used before load()")
         feeds = {k: torch.from_numpy(v).to(self._device) for k, v in inputs.items() if k in self._accepts}
         with torch.inference_mode():
-            out = self._model(**feeds)
-        key = _OUTPUT[self._head]
-        return {key: out[key].float().cpu().numpy()}
+            out = self._head.call(self._model, feeds)
+        return {k: v.float().cpu().numpy() for k, v in out.items()}
 
     def health(self) -> None:
         if self._model is None:

@@ -23,6 +23,9 @@ class Item(Protocol):
 class Task(Protocol):
     name: ClassVar[str]
     head: ClassVar[str]
+    #: what the task serves, matched by routes through ``Registry.get(model, capability)``:
+    #: "embeddings" (/v1/embeddings), later "rerank", "classify", "tokenize", ...
+    capabilities: ClassVar[frozenset[str]]
 
     def prepare(self, request: Any) -> Sequence[Item]: ...
 

@@ -55,6 +55,7 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
 class EmbedTask:
     name: ClassVar[str] = "embed"
     head: ClassVar[str] = "encoder"
+    capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings"})
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
         self.info = info
@@ -95,6 +96,7 @@ class EmbedTask:
     def describe(self) -> dict:
         return {
             "task": self.name,
+            "capabilities": sorted(self.capabilities),
             "dimension": self.info.dimension,
             "max_length": self.info.max_length,
             "pooling": self.info.pooling,

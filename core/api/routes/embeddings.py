@@ -55,7 +55,7 @@ def embed_request(body: protocol.EmbeddingRequest, settings: Settings) -> EmbedR
 @router.post("/embeddings", include_in_schema=False)
 async def create_embeddings(body: protocol.EmbeddingRequest, request: Request) -> Response:
     settings = settings_of(request)
-    engine = registry_of(request).get(body.model, "embed")
+    engine = registry_of(request).get(body.model, "embeddings")
     task_request = embed_request(body, settings)
     result = await serve_until_disconnect(request, engine(task_request, deadline=deadline_for(request, settings)))
     return JSONBytes(dumps(embedding_list(result.vectors, body.encoding_format, engine.name, result.prompt_tokens)))

@@ -1,0 +1,32 @@
+"""Model heads: which ``transformers`` class a torch backend loads for a task, how it is called, and the
+named outputs every backend returns for it. Tasks name a head; backends look it up here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+def _hidden_states(model: Any, feeds: dict) -> dict:
+    return {"last_hidden_state": model(**feeds).last_hidden_state}
+
+
+@dataclass(frozen=True)
+class Head:
+    name: str
+    auto_class: str  # transformers class name used by the torch backend
+    outputs: tuple[str, ...]  # output names, the same on every backend (ONNX graphs are exported with them)
+    call: Callable[[Any, dict], dict]  # torch: model, feeds → {output name: tensor}
+
+
+HEADS: dict[str, Head] = {
+    "encoder": Head("encoder", "AutoModel", ("last_hidden_state",), _hidden_states),
+}
+
+
+def get_head(name: str) -> Head:
+    from core.errors import InvalidInput
+
+    if name not in HEADS:
+        raise InvalidInput(f"unknown model head {name!r}; known: {sorted(HEADS)}")
+    return HEADS[name]
