@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """Export a model folder to an ONNX model folder.
 
-    python scripts/export_onnx.py MODEL_DIR OUT_DIR [--int8] [--no-optimize] [--opset 17]
+    python scripts/export_onnx.py MODEL_DIR OUT_DIR [--int8 fast|accurate]... [--no-optimize] [--opset 17]
 
 Writes OUT_DIR/onnx/model.onnx (fp32, ONNX Runtime transformer fusions applied) and with --int8
-OUT_DIR/onnx/model_int8.onnx (dynamic int8 quantization), plus the tokenizer/config files.
+OUT_DIR/onnx/model_int8[_accurate].onnx (dynamic int8 quantization), plus the tokenizer/config files.
 Serve with TESSERA_MODELS='[{"path": "OUT_DIR", "backend": "onnx"}]' (add "dtype": "int8").
 Needs the [export] extra (torch, transformers, onnx, onnxruntime).
 """
@@ -23,12 +23,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model_dir", type=Path)
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--int8", action="store_true", help="also write a dynamic int8 quantized graph")
+    parser.add_argument("--int8", action="append", choices=["fast", "accurate"], default=[],
+                        help="also write an int8 graph: fast (all MatMuls) → onnx/model_int8.onnx, "
+                             "accurate (feed-forward kept fp32) → onnx/model_int8_accurate.onnx; repeatable")
     parser.add_argument("--no-optimize", dest="optimize", action="store_false", help="skip the fusions")
     parser.add_argument("--opset", type=int, default=17)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    out = export_folder(args.model_dir, args.out_dir, optimize=args.optimize, int8=args.int8, opset=args.opset)
+    out = export_folder(args.model_dir, args.out_dir, optimize=args.optimize, int8=tuple(args.int8), opset=args.opset)
     print(f"wrote {out}")
     return 0
 

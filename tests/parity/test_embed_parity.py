@@ -1,0 +1,101 @@
+"""Parity with sentence-transformers on the packaged all-MiniLM-L6-v2, for every backend/precision cell.
+
+Each cell runs the real loading path (Engine.load from a ModelSpec) and is compared item by item
+(cosine) with ``SentenceTransformer.encode`` over the varied sentences, including ones that truncate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from core.config import ModelSpec, Settings
+from core.engine import Engine
+from core.tasks.embed import EmbedRequest
+
+SETTINGS = Settings(threads=2)
+
+# backend, dtype, which folder/file, minimum cosine per item, minimum mean cosine
+# The fast int8 graph quantizes activations too: its worst item (very short inputs such as "?") sits
+# at ≈0.97 while the mean is ≈0.991; the accurate int8 graph and the packaged (weight-only) int8 graph
+# meet 0.99 on every item. See docs/backends.md.
+CELLS = [
+    pytest.param("torch", "float32", "hf", 0.99999, 0.99999, id="torch-fp32"),
+    pytest.param("onnx", "float32", "onnx", 0.9999, 0.9999, id="onnx-fp32-exported"),
+    pytest.param("onnx", "int8", "onnx", 0.96, 0.99, id="onnx-int8-fast-exported"),
+    pytest.param("onnx", "int8", "onnx-accurate", 0.99, 0.995, id="onnx-int8-accurate-exported"),
+    pytest.param("onnx", "int8", "packaged-int8", 0.99, 0.999, id="onnx-int8-packaged"),
+]
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    return (a * b).sum(axis=1)
+
+
+@pytest.fixture(scope="session")
+def reference(st_minilm, sentences) -> np.ndarray:
+    return st_minilm.encode(sentences, batch_size=16, convert_to_numpy=True)
+
+
+@pytest.fixture(scope="session")
+def engines(minilm_dir, minilm_onnx_dir, packaged_int8_onnx):
+    built = {}
+
+    def get(backend: str, dtype: str, source: str) -> Engine:
+        key = (backend, dtype, source)
+        if key not in built:
+            folder = minilm_onnx_dir if source.startswith("onnx") else minilm_dir
+            onnx_file = {"packaged-int8": packaged_int8_onnx,
+                         "onnx-accurate": minilm_onnx_dir / "onnx" / "model_int8_accurate.onnx"}.get(source)
+            spec = ModelSpec(path=folder, backend=backend, dtype=dtype, onnx_file=onnx_file)
+            built[key] = Engine.load(spec, SETTINGS)
+        return built[key]
+
+    return get
+
+
+def test_sentences_cover_truncation_and_non_ascii(sentences, minilm_dir):
+    from core.tokenization import TextTokenizer
+
+    tok = TextTokenizer(minilm_dir, 10_000)
+    lengths = [e.cost for e in tok.encode(sentences)]
+    assert len(sentences) >= 50
+    assert sum(n > 256 for n in lengths) >= 3, "some sentences must exceed the 256-token limit"
+    assert sum(any(ord(c) > 127 for c in s) for s in sentences) >= 10
+
+
+@pytest.mark.parametrize("backend,dtype,source,min_cos,mean_cos", CELLS)
+def test_parity_with_sentence_transformers(engines, reference, sentences, backend, dtype, source, min_cos, mean_cos):
+    engine = engines(backend, dtype, source)
+    assert engine.backend.name == backend
+    got = engine.run_sync(EmbedRequest(texts=sentences)).vectors
+    assert got.shape == reference.shape
+    cos = cosines(got, reference)
+    worst = int(np.argmin(cos))
+    assert cos.min() >= min_cos, f"worst cosine {cos.min():.6f} on {sentences[worst][:40]!r}"
+    assert cos.mean() >= mean_cos, f"mean cosine {cos.mean():.6f}"
+    # the model normalizes: our output is unit length like the reference
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend,dtype,source,min_cos,mean_cos", CELLS[:2])
+def test_batched_through_batcher_equals_single(engines, sentences, backend, dtype, source, min_cos, mean_cos):
+    """Many concurrent requests share batches (with padding); each equals its own single-item run."""
+    engine = engines(backend, dtype, source)
+    singles = np.stack([engine.run_sync(EmbedRequest(texts=[s])).vectors[0] for s in sentences])
+
+    async def main():
+        await engine.start()
+        try:
+            results = await asyncio.gather(*(engine(EmbedRequest(texts=[s])) for s in sentences))
+        finally:
+            await engine.stop()
+        return np.stack([r.vectors[0] for r in results])
+
+    batched = asyncio.run(main())
+    assert cosines(batched, singles).min() >= 0.99999
+    np.testing.assert_allclose(batched, singles, atol=2e-5)
