@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 BatchFn = Callable[[list[Any]], list[Any]]
 
+#: padding (tokens) an item may add to a batch beyond its own length before it waits for a better batch
+PAD_SLACK = 32
+
 
 @dataclass(eq=False, slots=True)
 class _Request:
@@ -245,36 +248,37 @@ class Batcher:
         self._queue = live
         if not live:
             return []
-        window = live[: self.window]
-        if len(window) <= self.max_batch_size and self._fits(window):
-            chosen = window
-        else:
-            chosen = self._around_oldest(window)
+        chosen = self._around_oldest(live[: self.window])
         picked = set(map(id, chosen))
         self._queue = [s for s in live if id(s) not in picked]
         return chosen
 
-    def _fits(self, slots: list[_Slot]) -> bool:
-        return len(slots) * max(s.cost for s in slots) <= self.max_batch_tokens
-
     def _around_oldest(self, window: list[_Slot]) -> list[_Slot]:
-        """Grow a batch from the oldest item through its length-neighbours within the budget."""
+        """Grow a batch from the oldest item through its length-neighbours within the budget, always
+        adding the neighbour that adds the least padding, and none that would more than double its own
+        work in padding (plus ``PAD_SLACK`` tokens): a long item does not join a batch of short ones."""
         ordered = sorted(window, key=lambda s: s.cost)
         anchor = ordered.index(window[0])
         lo = hi = anchor
         longest = ordered[anchor].cost
         while hi - lo + 1 < self.max_batch_size:
-            # prefer the shorter neighbour (keeps the batch's longest item small), else the longer one
-            grew = False
-            if lo > 0 and (hi - lo + 2) * longest <= self.max_batch_tokens:
-                lo -= 1
-                grew = True
-            elif hi + 1 < len(ordered):
+            size = hi - lo + 2
+            options = []  # (padding added, direction)
+            if lo > 0 and size * longest <= self.max_batch_tokens:
+                added = longest - ordered[lo - 1].cost
+                if added <= ordered[lo - 1].cost + PAD_SLACK:
+                    options.append((added, -1))
+            if hi + 1 < len(ordered):
                 cand = max(longest, ordered[hi + 1].cost)
-                if (hi - lo + 2) * cand <= self.max_batch_tokens:
-                    hi += 1
-                    longest = cand
-                    grew = True
-            if not grew:
+                added = (cand - longest) * (size - 1)
+                if size * cand <= self.max_batch_tokens and added <= cand + PAD_SLACK:
+                    options.append((added, +1))
+            if not options:
                 break
+            _, direction = min(options)
+            if direction < 0:
+                lo -= 1
+            else:
+                hi += 1
+                longest = max(longest, ordered[hi].cost)
         return ordered[lo : hi + 1]

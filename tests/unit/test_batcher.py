@@ -1,0 +1,278 @@
+"""The batcher on its own, driven by a recording batch function (the thing under test is the batcher)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from core.batching import Batcher
+from core.errors import BackendFailure, NotReady, Overloaded, Timeout
+
+
+class Recorder:
+    """Batch function that records each batch (as item values) and can be slowed or made to fail."""
+
+    def __init__(self, delay: float = 0.0, fail_on=None):
+        self.batches: list[list] = []
+        self.delay = delay
+        self.fail_on = fail_on or (lambda batch: False)
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def __call__(self, items):
+        self.gate.wait(5)
+        self.batches.append(list(items))
+        if self.delay:
+            time.sleep(self.delay)
+        if self.fail_on(items):
+            raise RuntimeError("injected fault")
+        return [("out", x) for x in items]
+
+
+def make(fn, **kw) -> Batcher:
+    opts = dict(max_batch_tokens=1000, max_batch_size=8, max_queue_items=100)
+    opts.update(kw)
+    return Batcher(fn, **opts)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_results_in_order_and_split_across_batches():
+    rec = Recorder()
+
+    async def main():
+        b = make(rec, max_batch_size=4)
+        await b.start()
+        out = await b.submit(list(range(10)), costs=[5] * 10)
+        await b.stop()
+        return out
+
+    out = run(main())
+    assert out == [("out", i) for i in range(10)]
+    assert all(len(batch) <= 4 for batch in rec.batches)
+    assert sum(len(batch) for batch in rec.batches) == 10
+
+
+def test_runs_at_once_when_idle():
+    rec = Recorder()
+
+    async def main():
+        b = make(rec)
+        await b.start()
+        t = time.perf_counter()
+        await b.submit(["x"], costs=[3])
+        elapsed = time.perf_counter() - t
+        await b.stop()
+        return elapsed
+
+    assert run(main()) < 0.05  # no fixed wait window
+
+
+def test_coalesces_while_busy_and_respects_token_budget():
+    rec = Recorder()
+
+    async def main():
+        b = make(rec, max_batch_tokens=40, max_batch_size=64)
+        await b.start()
+        rec.gate.clear()  # the first batch blocks in the backend; the rest queue up
+        first = asyncio.ensure_future(b.submit(["first"], costs=[10]))
+        await asyncio.sleep(0.05)
+        rest = [asyncio.ensure_future(b.submit([f"r{i}"], costs=[10])) for i in range(8)]
+        await asyncio.sleep(0.05)
+        rec.gate.set()
+        await asyncio.gather(first, *rest)
+        await b.stop()
+
+    run(main())
+    assert rec.batches[0] == ["first"]
+    # 8 items of 10 tokens, budget 40 padded tokens → two batches of 4
+    assert [len(x) for x in rec.batches[1:]] == [4, 4]
+
+
+def test_length_sorting_groups_similar_lengths():
+    rec = Recorder()
+
+    async def main():
+        b = make(rec, max_batch_tokens=10_000, max_batch_size=4)
+        await b.start()
+        rec.gate.clear()
+        blocker = asyncio.ensure_future(b.submit(["block"], costs=[1]))
+        await asyncio.sleep(0.05)
+        costs = [100, 5, 100, 5, 100, 5, 100, 5]
+        subs = [asyncio.ensure_future(b.submit([f"{c}-{i}"], costs=[c])) for i, c in enumerate(costs)]
+        await asyncio.sleep(0.05)
+        rec.gate.set()
+        await asyncio.gather(blocker, *subs)
+        await b.stop()
+
+    run(main())
+    for batch in rec.batches[1:]:
+        lengths = {item.split("-")[0] for item in batch}
+        assert len(lengths) == 1, f"mixed lengths in one batch: {batch}"
+    # the oldest queued item (100-0) ran first
+    assert rec.batches[1][0].startswith("100")
+
+
+def test_oversized_single_item_still_runs():
+    rec = Recorder()
+
+    async def main():
+        b = make(rec, max_batch_tokens=10)
+        await b.start()
+        out = await b.submit(["big"], costs=[500])
+        await b.stop()
+        return out
+
+    assert run(main()) == [("out", "big")]
+
+
+def test_queue_full_raises_overloaded():
+    rec = Recorder()
+
+    async def main():
+        b = make(rec, max_queue_items=5, retry_after_s=3)
+        await b.start()
+        rec.gate.clear()
+        blocker = asyncio.ensure_future(b.submit(["a"], costs=[1]))
+        await asyncio.sleep(0.05)
+        queued = asyncio.ensure_future(b.submit(list("bcde"), costs=[1] * 4))
+        await asyncio.sleep(0.01)
+        with pytest.raises(Overloaded) as info:
+            await b.submit(list("fg"), costs=[1, 1])
+        rec.gate.set()
+        await asyncio.gather(blocker, queued)
+        await b.stop()
+        return info.value
+
+    err = run(main())
+    assert err.status == 429 and err.headers() == {"Retry-After": "3"}
+
+
+def test_failing_batch_fails_only_its_requests():
+    rec = Recorder(fail_on=lambda batch: "bad" in batch)
+
+    async def main():
+        b = make(rec, max_batch_size=1)
+        await b.start()
+        results = await asyncio.gather(
+            b.submit(["good1"], costs=[1]), b.submit(["bad"], costs=[1]), b.submit(["good2"], costs=[1]),
+            return_exceptions=True,
+        )
+        await b.stop()
+        return results
+
+    good1, bad, good2 = run(main())
+    assert good1 == [("out", "good1")] and good2 == [("out", "good2")]
+    assert isinstance(bad, BackendFailure) and "injected fault" in bad.message
+
+
+def test_deadline_passed_in_queue_is_dropped_before_inference():
+    rec = Recorder()
+    drops = []
+
+    async def main():
+        b = make(rec, on_drop=drops.append)
+        await b.start()
+        rec.gate.clear()
+        blocker = asyncio.ensure_future(b.submit(["slow"], costs=[1]))
+        await asyncio.sleep(0.02)
+        with pytest.raises(Timeout):
+            await b.submit(["late"], costs=[1], deadline=time.monotonic() + 0.05)
+        rec.gate.set()
+        await blocker
+        await b.submit(["after"], costs=[1])
+        await b.stop()
+
+    run(main())
+    ran = [x for batch in rec.batches for x in batch]
+    assert "late" not in ran and "after" in ran
+    assert drops == ["cancelled"]  # the waiter gave up first; its item was skipped at the next take
+
+
+def test_cancelled_caller_work_is_dropped():
+    rec = Recorder()
+    drops = []
+
+    async def main():
+        b = make(rec, on_drop=drops.append)
+        await b.start()
+        rec.gate.clear()
+        blocker = asyncio.ensure_future(b.submit(["slow"], costs=[1]))
+        await asyncio.sleep(0.02)
+        gone = asyncio.ensure_future(b.submit(["gone1", "gone2"], costs=[1, 1]))
+        await asyncio.sleep(0.02)
+        gone.cancel()  # what a client disconnect does to the handler's task
+        rec.gate.set()
+        await blocker
+        await b.stop()
+
+    run(main())
+    ran = [x for batch in rec.batches for x in batch]
+    assert "gone1" not in ran and "gone2" not in ran
+    assert drops == ["cancelled", "cancelled"]
+
+
+def test_not_accepting_before_start_and_after_stop():
+    async def main():
+        b = make(Recorder())
+        with pytest.raises(NotReady):
+            await b.submit(["x"], costs=[1])
+        await b.start()
+        assert await b.submit(["x"], costs=[1]) == [("out", "x")]
+        await b.stop()
+        with pytest.raises(NotReady):
+            await b.submit(["x"], costs=[1])
+
+    run(main())
+
+
+def test_stop_drains_in_flight_work():
+    rec = Recorder(delay=0.05)
+
+    async def main():
+        b = make(rec, max_batch_size=2)
+        await b.start()
+        subs = [asyncio.ensure_future(b.submit([i], costs=[1])) for i in range(6)]
+        await asyncio.sleep(0.01)
+        await b.stop(drain=True, timeout=5)
+        return await asyncio.gather(*subs)
+
+    assert run(main()) == [[("out", i)] for i in range(6)]
+
+
+def test_wrong_result_count_is_a_backend_failure():
+    async def main():
+        b = make(lambda items: items[:-1])
+        await b.start()
+        with pytest.raises(BackendFailure, match="results for"):
+            await b.submit([1, 2], costs=[1, 1])
+        await b.stop()
+
+    run(main())
+
+
+def test_long_item_does_not_join_short_batch():
+    """Padding 31 short items to one long item's length would cost far more than two batches."""
+    rec = Recorder()
+
+    async def main():
+        b = make(rec, max_batch_tokens=100_000, max_batch_size=64)
+        await b.start()
+        rec.gate.clear()
+        blocker = asyncio.ensure_future(b.submit(["block"], costs=[1]))
+        await asyncio.sleep(0.05)
+        subs = [asyncio.ensure_future(b.submit(["long"], costs=[256]))]
+        subs += [asyncio.ensure_future(b.submit([f"short{i}"], costs=[13])) for i in range(31)]
+        await asyncio.sleep(0.05)
+        rec.gate.set()
+        await asyncio.gather(blocker, *subs)
+        await b.stop()
+
+    run(main())
+    assert rec.batches[1] == ["long"]
+    assert sorted(rec.batches[2]) == sorted(f"short{i}" for i in range(31))
