@@ -22,8 +22,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(env: dict[str, str] | None = None, *, app: str = "core.dev:app", timeout: float = 120.0):
-    """Start ``uvicorn APP`` on 127.0.0.1:<free port>, wait for /ready, yield the base URL, stop it."""
+def running_server(
+    env: dict[str, str] | None = None, *, app: str = "core.dev:app", timeout: float = 120.0,
+    headers: dict[str, str] | None = None,
+):
+    """Start ``uvicorn APP`` on 127.0.0.1:<free port>, wait for /ready (sent with ``headers``), yield the
+    base URL, stop it."""
     port = free_port()
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
     log = open(ROOT / ".venv" / f"test-server-{port}.log", "w")
@@ -38,7 +42,7 @@ def running_server(env: dict[str, str] | None = None, *, app: str = "core.dev:ap
             if proc.poll() is not None:
                 raise RuntimeError(f"server exited with {proc.returncode}; see {log.name}")
             try:
-                if httpx.get(base + "/ready", timeout=2).status_code == 200:
+                if httpx.get(base + "/ready", timeout=2, headers=headers).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass

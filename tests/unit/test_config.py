@@ -1,0 +1,79 @@
+"""Settings from env vars, config files and the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from pydantic import ValidationError
+
+from core.cli import build_parser, settings_from_args
+from core.config import ModelSpec, Settings, default_model_path
+from tests.support.server import ROOT
+
+
+def test_default_is_the_embedded_model(monkeypatch):
+    monkeypatch.delenv("TESSERA_MODELS", raising=False)
+    monkeypatch.delenv("TESSERA_CONFIG", raising=False)
+    specs = Settings().model_specs()
+    assert len(specs) == 1 and specs[0].path == default_model_path()
+    assert specs[0].served_name == "all-MiniLM-L6-v2"
+    assert (specs[0].path / "config.json").exists()
+
+
+def test_models_and_options_from_env(monkeypatch, tmp_path):
+    models = [{"path": str(tmp_path / "a"), "name": "a", "backend": "onnx", "max_batch_tokens": 999},
+              {"path": str(tmp_path / "b")}]
+    monkeypatch.setenv("TESSERA_MODELS", json.dumps(models))
+    monkeypatch.setenv("TESSERA_API_KEYS", '["s1"]')
+    monkeypatch.setenv("TESSERA_REQUEST_TIMEOUT_S", "2.5")
+    s = Settings()
+    assert [m.served_name for m in s.model_specs()] == ["a", "b"]
+    assert s.models[0].backend == "onnx" and s.models[0].max_batch_tokens == 999
+    assert s.api_keys == ["s1"] and s.request_timeout_s == 2.5
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_config_file(monkeypatch, tmp_path, suffix):
+    data = {"models": [{"path": "/m/one", "name": "one", "task": "embed"}], "port": 9001}
+    path = tmp_path / f"cfg{suffix}"
+    if suffix == ".yaml":
+        import yaml
+
+        path.write_text(yaml.safe_dump(data))
+    else:
+        path.write_text(json.dumps(data))
+    monkeypatch.setenv("TESSERA_CONFIG", str(path))
+    monkeypatch.delenv("TESSERA_MODELS", raising=False)
+    s = Settings()
+    assert s.models[0].served_name == "one" and s.port == 9001
+    monkeypatch.setenv("TESSERA_PORT", "9002")  # env wins over the file
+    assert Settings().port == 9002
+
+
+def test_invalid_settings_are_refused(monkeypatch):
+    with pytest.raises(ValidationError, match="unique"):
+        Settings(models=[{"path": "/x/m"}, {"path": "/y/m"}])
+    with pytest.raises(ValidationError):
+        ModelSpec(path="/m", max_batch_tokens=0)
+    with pytest.raises(ValidationError):
+        ModelSpec(path="/m", unknown_field=1)
+
+
+def test_cli_models_and_options():
+    args = build_parser().parse_args(["serve", "--model", "/models/a:alpha", "--model", "/models/b",
+                                      "--port", "9100", "--api-key", "x", "--backend", "onnx"])
+    s = settings_from_args(args)
+    assert [(str(m.path), m.served_name, m.backend) for m in s.models] == [
+        ("/models/a", "alpha", "onnx"), ("/models/b", "b", "onnx")]
+    assert s.port == 9100 and s.api_keys == ["x"]
+
+
+def test_cli_help_lists_every_option_with_its_env_var():
+    out = subprocess.run([sys.executable, "-m", "core", "serve", "--help"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    for name in Settings.model_fields:
+        assert f"TESSERA_{name.upper()}" in out, name
+    assert "--model PATH[:NAME]" in out
