@@ -8,9 +8,12 @@ where the model takes them) → ``last_hidden_state`` (batch, seq, hidden).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Mapping, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Mapping, Protocol, runtime_checkable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from core.config import ModelSpec
 
 
 @runtime_checkable
@@ -18,6 +21,11 @@ class Backend(Protocol):
     name: ClassVar[str]
     #: fixed compiled batch size (Neuron) or None for dynamic shapes
     max_batch_size: int | None
+
+    @classmethod
+    def from_spec(cls, spec: "ModelSpec") -> "Backend":
+        """Build an unloaded backend for a model spec (reads only what it needs from the spec)."""
+        ...
 
     def load(self, model_dir: Path, *, head: str, device: str, dtype: str, threads: int) -> None: ...
 
