@@ -171,7 +171,7 @@ def sagemaker_send(base: str):
 def modal_module(minilm_dir, packaged_int8_onnx):
     """adapters/modal/app.py loaded by path, configured for the CPU int8 model (as an operator would)."""
     keys = {"TESSERA_MODELS": json.dumps([int8_spec(minilm_dir, packaged_int8_onnx)]),
-            "TESSERA_MODAL_GPU": "L40S,A100,any", "TESSERA_MODAL_MAX_INPUTS": "32", "TESSERA_MODAL_MIN_CONTAINERS": "1"}
+            "TESSERA_MODAL_GPU": "L40S,A100,L4", "TESSERA_MODAL_MAX_INPUTS": "32", "TESSERA_MODAL_MIN_CONTAINERS": "1"}
     saved = {k: os.environ.get(k) for k in keys}
     os.environ.update(keys)
     try:
