@@ -29,7 +29,7 @@ def request_params(endpoint: str, body: dict[str, Any], *, route: str = "embeddi
     attributes = ",".join(f"{key}={value}" for key, value in (("route", route), ("model", model)) if value)
     return {
         "EndpointName": endpoint,
-        "Body": json.dumps(body, ensure_ascii=False).encode("utf-8"),
+        "Body": json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8"),
         "ContentType": JSON,
         "Accept": NPY if npy else JSON,
         "CustomAttributes": attributes,

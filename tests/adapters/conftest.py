@@ -82,10 +82,13 @@ def lambda_module():
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("TESSERA_")}
     os.environ["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] = "3008"
     try:
-        yield load_by_path("tessera_lambda_handler", LAMBDA_HANDLER)
+        module = load_by_path("tessera_lambda_handler", LAMBDA_HANDLER)
     finally:
         os.environ.pop("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", None)
         os.environ.update(saved)
+    yield module
+    module.loop.run_until_complete(module.registry.stop(drain=False))
+    module.loop.close()
 
 
 def invoke(module, event: dict) -> Reply:
@@ -167,15 +170,16 @@ def sagemaker_send(base: str):
     return send
 
 
-@pytest.fixture(scope="session")
-def modal_module(minilm_dir, packaged_int8_onnx):
-    """adapters/modal/app.py loaded by path, configured for the CPU int8 model (as an operator would)."""
-    keys = {"TESSERA_MODELS": json.dumps([int8_spec(minilm_dir, packaged_int8_onnx)]),
-            "TESSERA_MODAL_GPU": "L40S,A100,L4", "TESSERA_MODAL_MAX_INPUTS": "32", "TESSERA_MODAL_MIN_CONTAINERS": "1"}
-    saved = {k: os.environ.get(k) for k in keys}
-    os.environ.update(keys)
+MODAL_ENV: dict[str, str] = {}
+
+
+@contextmanager
+def modal_env():
+    """The operator's environment for adapters/modal/app.py, set only while the file or its hooks read it."""
+    saved = {k: os.environ.get(k) for k in MODAL_ENV}
+    os.environ.update(MODAL_ENV)
     try:
-        yield load_by_path("tessera_modal_app", MODAL_APP)
+        yield
     finally:
         for k, v in saved.items():
             if v is None:
@@ -184,13 +188,24 @@ def modal_module(minilm_dir, packaged_int8_onnx):
                 os.environ[k] = v
 
 
+@pytest.fixture(scope="session")
+def modal_module(minilm_dir, packaged_int8_onnx):
+    """adapters/modal/app.py loaded by path, configured for the CPU int8 model (as an operator would)."""
+    MODAL_ENV.update({"TESSERA_MODELS": json.dumps([int8_spec(minilm_dir, packaged_int8_onnx)]),
+                      "TESSERA_MODAL_GPU": "L40S,A100,L4", "TESSERA_MODAL_MAX_INPUTS": "32",
+                      "TESSERA_MODAL_MIN_CONTAINERS": "1"})
+    with modal_env():
+        return load_by_path("tessera_modal_app", MODAL_APP)
+
+
 def modal_instance(module):
     """An instance of the user class with its enter hooks run, as Modal does in a container."""
     cls = module.Tessera
     hooks = cls._get_partial_functions()
     obj = cls._get_user_cls()()
-    hooks["import_runtime"]._get_raw_f()(obj)
-    hooks["load"]._get_raw_f()(obj)
+    with modal_env():
+        hooks["import_runtime"]._get_raw_f()(obj)
+        hooks["load"]._get_raw_f()(obj)
     return obj, hooks
 
 

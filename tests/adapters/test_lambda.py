@@ -122,3 +122,10 @@ def test_handler_serves_where_torch_is_not_importable(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"status": 200, "dim": 384, "torch_loaded": False, "backend": "onnx"}
+
+
+def test_coldstart_script_reports_time_and_rss():
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "coldstart_lambda.py"), "--runs", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "first response" in done.stdout and "peak RSS" in done.stdout and "torch loaded: False" in done.stdout
