@@ -129,3 +129,20 @@ def test_coldstart_script_reports_time_and_rss():
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "first response" in done.stdout and "peak RSS" in done.stdout and "torch loaded: False" in done.stdout
+
+
+def test_api_key_auth_through_the_function_url(monkeypatch):
+    from tests.adapters.conftest import load_by_path
+
+    monkeypatch.setenv("TESSERA_API_KEYS", '["secret-key"]')
+    module = load_by_path("tessera_lambda_handler_auth", LAMBDA_HANDLER)
+    try:
+        denied = invoke(module, _embed_event(["x"]))
+        assert denied.status == 401 and denied.json()["error"]["code"] == "invalid_api_key"
+        event = _embed_event(["x"])
+        event["headers"]["authorization"] = "Bearer secret-key"
+        assert invoke(module, event).status == 200
+        assert invoke(module, function_url_event("GET", "/health")).status == 200  # open for health checks
+    finally:
+        module.loop.run_until_complete(module.registry.stop(drain=False))
+        module.loop.close()
