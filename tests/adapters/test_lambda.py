@@ -146,3 +146,24 @@ def test_api_key_auth_through_the_function_url(monkeypatch):
     finally:
         module.loop.run_until_complete(module.registry.stop(drain=False))
         module.loop.close()
+
+
+def test_ensure_started_is_once_per_loop_and_refuses_a_second_loop(minilm_dir, packaged_int8_onnx):
+    import asyncio
+
+    from core.config import ModelSpec, Settings
+    from core.engine import Registry
+
+    spec = ModelSpec(path=minilm_dir, backend="onnx", dtype="int8", onnx_file=packaged_int8_onnx)
+    registry = Registry.from_settings(Settings(models=[spec]))
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(registry.ensure_started())
+        task = registry.engines[spec.served_name].batcher._task
+        loop.run_until_complete(registry.ensure_started())
+        assert registry.engines[spec.served_name].batcher._task is task  # no second start
+        with pytest.raises(RuntimeError, match="another event loop"):
+            asyncio.run(registry.ensure_started())
+    finally:
+        loop.run_until_complete(registry.stop(drain=False))
+        loop.close()

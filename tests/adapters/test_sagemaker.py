@@ -100,7 +100,7 @@ def test_unsupported_media_types(sagemaker_server):
 
 
 def test_sigterm_drains_in_flight_requests(sagemaker_model_dir):
-    texts = [f"{i} {LONG}" for i in range(32)]  # 32 inputs of 256 tokens: a few seconds of work here
+    texts = [f"{i} {LONG}" for i in range(64)]  # 64 inputs of 256 tokens: seconds of work on this CPU
     with sagemaker_process(sagemaker_model_dir) as (base, proc):
         results: dict = {}
 
@@ -113,7 +113,7 @@ def test_sigterm_drains_in_flight_requests(sagemaker_model_dir):
 
         worker = threading.Thread(target=call)
         worker.start()
-        time.sleep(0.5)
+        time.sleep(1.0)  # the request is read and batching has begun
         assert "done" not in results, "the request finished before SIGTERM: make it heavier"
         sigterm_at = time.monotonic()
         proc.send_signal(signal.SIGTERM)
