@@ -129,6 +129,8 @@ class FailedModel:
 class Registry:
     engines: dict[str, Engine] = field(default_factory=dict)
     failed: dict[str, FailedModel] = field(default_factory=dict)
+    #: the event loop the batchers were started in by ``ensure_started`` (None: not started that way)
+    _loop: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_settings(cls, settings: Settings, metrics: Metrics | None = None) -> "Registry":
@@ -193,3 +195,17 @@ class Registry:
     async def stop(self, drain: bool = True, timeout: float | None = None) -> None:
         for engine in self.engines.values():
             await engine.stop(drain=drain, timeout=timeout)
+
+    async def ensure_started(self) -> None:
+        """Start the batchers in the running event loop unless already started there (cheap when started).
+
+        For surfaces without an ASGI lifespan: Lambda runs the app through Mangum with ``lifespan="off"``
+        on one long-lived loop, so the batchers start on the first request and persist across
+        invocations. Batchers cannot move between loops: a second loop is a programming error."""
+        loop = asyncio.get_running_loop()
+        if self._loop is loop:
+            return
+        if self._loop is not None:
+            raise RuntimeError("the batchers were started in another event loop; they cannot move")
+        await self.start()
+        self._loop = loop

@@ -1,0 +1,202 @@
+"""``GET /ping`` and ``POST /invocations`` added to the app that ``create_app`` builds.
+
+``/invocations`` does not re-implement any route: it picks the target route, then runs the request
+through the app's own router at that path (``/v1/<route>``), so validation, limits, batching and
+error rendering are those of the HTTP API, and a route added to ``core.api.routes`` is reachable here
+without a change.
+
+- Route: ``X-Amzn-SageMaker-Custom-Attributes: route=rerank`` (pairs separated by ``,`` or ``;``),
+  else a ``"route"`` field in the JSON body, else the default route given to :func:`install`, else
+  the one capability all served models share (a single embedding model: ``embeddings``).
+- Model: the body's ``model``, else ``model=NAME`` in the custom attributes.
+- ``Content-Type``: JSON (415 otherwise). ``Accept``: JSON, or ``application/x-npy`` for embeddings:
+  a float32 ``(n, d)`` array in NumPy's ``.npy`` format (406 for anything else).
+- ``/ping`` answers as ``/ready`` does: 200 once every model is loaded and healthy, 503 before.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any
+
+import numpy as np
+import orjson
+from fastapi import APIRouter, FastAPI, Request
+from starlette.responses import Response
+
+from core.errors import InvalidInput, NotFound, TesseraError
+
+CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
+JSON = "application/json"
+NPY = "application/x-npy"
+#: routes whose JSON answer can be re-encoded as one (n, d) float32 array
+NPY_ROUTES = frozenset({"embeddings"})
+_JSON_TYPES = frozenset({JSON, "text/json", "application/jsonlines"})
+_ANY = frozenset({"*/*", "application/*"})
+
+
+class NotAcceptable(TesseraError):
+    status, type, code = 406, "invalid_request_error", "not_acceptable"
+
+
+class UnsupportedMediaType(TesseraError):
+    status, type, code = 415, "invalid_request_error", "unsupported_media_type"
+
+
+def parse_custom_attributes(value: str | None) -> dict[str, str]:
+    """``"route=rerank,model=bge"`` (or ``;``-separated) → ``{"route": "rerank", "model": "bge"}``."""
+    pairs: dict[str, str] = {}
+    for part in (value or "").replace(";", ",").split(","):
+        key, sep, val = part.partition("=")
+        if sep and key.strip():
+            pairs[key.strip().lower()] = val.strip()
+    return pairs
+
+
+def _media_types(header: str | None) -> list[str]:
+    return [p.split(";", 1)[0].strip().lower() for p in (header or "").split(",") if p.strip()]
+
+
+def wanted_format(accept: str | None, route: str) -> str:
+    """``json`` or ``npy``, in the client's order of preference."""
+    types = _media_types(accept)
+    if not types:
+        return "json"
+    for media in types:
+        if media in _JSON_TYPES or media in _ANY:
+            return "json"
+        if media == NPY:
+            if route not in NPY_ROUTES:
+                raise NotAcceptable(f"{NPY} is offered for {sorted(NPY_ROUTES)} only, not {route!r}")
+            return "npy"
+    raise NotAcceptable(f"cannot answer in {accept!r}; accepted: {JSON}, {NPY} (embeddings)")
+
+
+def check_content_type(content_type: str | None) -> None:
+    types = _media_types(content_type)
+    if types and types[0] not in _JSON_TYPES:
+        raise UnsupportedMediaType(f"Content-Type {content_type!r} is not supported; send {JSON}")
+
+
+def post_routes(app: FastAPI) -> dict[str, str]:
+    """``{"embeddings": "/v1/embeddings", "rerank": "/v1/rerank", ...}``: every documented ``POST /v1/...``
+    route, read from the app's OpenAPI schema (public, and stable across FastAPI's router internals)."""
+    found: dict[str, str] = {}
+    for path, operations in app.openapi().get("paths", {}).items():
+        if path.startswith("/v1/") and "post" in operations and "{" not in path:
+            found[path[len("/v1/"):]] = path
+    return found
+
+
+def _decode_json(body: bytes) -> dict[str, Any]:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise InvalidInput("request body must be a JSON object", code="invalid_json")
+    return data
+
+
+async def forward(request: Request, method: str, path: str, body: bytes) -> tuple[int, list, bytes]:
+    """Run the request through the app's router at ``path``; return (status, headers, body)."""
+    scope = {k: v for k, v in request.scope.items() if k not in ("route", "endpoint", "path_params")}
+    headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
+    headers.append((b"content-length", str(len(body)).encode()))
+    scope.update(method=method, path=path, raw_path=path.encode(), headers=headers, query_string=b"")
+    delivered = False
+
+    async def receive():
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await request.receive()  # afterwards: the real client's disconnect
+
+    status, out_headers, chunks = 500, [], []
+
+    async def send(message):
+        nonlocal status, out_headers
+        if message["type"] == "http.response.start":
+            status, out_headers = message["status"], list(message.get("headers", []))
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await request.app.router(scope, receive, send)
+    return status, out_headers, b"".join(chunks)
+
+
+def embeddings_npy(body: bytes) -> tuple[bytes, dict[str, str]]:
+    """An embeddings response (base64 vectors) → ``.npy`` bytes, with model and usage as headers."""
+    doc = orjson.loads(body)
+    vectors = [np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4") for item in doc["data"]]
+    array = np.stack(vectors) if vectors else np.zeros((0, 0), dtype="<f4")
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    usage = doc.get("usage") or {}
+    return buffer.getvalue(), {"x-tessera-model": str(doc.get("model", "")),
+                               "x-tessera-prompt-tokens": str(usage.get("prompt_tokens", 0))}
+
+
+def _from_inner(status: int, headers: list, body: bytes) -> Response:
+    kept = {k.decode(): v.decode() for k, v in headers if k.lower() not in (b"content-length",)}
+    return Response(body, status_code=status, headers=kept)
+
+
+def build_router(default_route: str | None = None) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/ping", summary="SageMaker health check: 200 when ready")
+    async def ping(request: Request) -> Response:
+        return _from_inner(*await forward(request, "GET", "/ready", b""))
+
+    @router.post("/invocations", summary="SageMaker inference: any POST /v1 route, chosen by attributes or body")
+    async def invocations(request: Request) -> Response:
+        check_content_type(request.headers.get("content-type"))
+        attributes = parse_custom_attributes(request.headers.get(CUSTOM_ATTRIBUTES))
+        body = await request.body()
+        payload: dict[str, Any] | None = None
+        route = attributes.get("route")
+        if not route:
+            payload = _decode_json(body)
+            route = payload.get("route") or default_route or _only_capability(request)
+        route = str(route).strip("/").removeprefix("v1/")
+        routes = post_routes(request.app)
+        if route not in routes:
+            raise NotFound(f"no route {route!r} for /invocations; routes: {sorted(routes)}", param="route")
+        fmt = wanted_format(request.headers.get("accept"), route)
+        if fmt == "npy" or "model" in attributes:
+            payload = payload if payload is not None else _decode_json(body)
+            if "model" in attributes and not payload.get("model"):
+                payload["model"] = attributes["model"]
+            if fmt == "npy":
+                payload["encoding_format"] = "base64"
+            body = orjson.dumps(payload)
+        status, headers, answer = await forward(request, "POST", routes[route], body)
+        if fmt == "npy" and status == 200:
+            array, extra = embeddings_npy(answer)
+            return Response(array, media_type=NPY, headers=extra)
+        return _from_inner(status, headers, answer)
+
+    return router
+
+
+def _only_capability(request: Request) -> str:
+    registry = request.app.state.registry
+    capabilities = set()
+    for engine in (registry.engines.values() if registry is not None else ()):
+        capabilities |= set(engine.task.capabilities)
+    if len(capabilities) != 1:
+        raise InvalidInput(
+            "name the route: 'route=embeddings' (or rerank, classify, ...) in X-Amzn-SageMaker-Custom-Attributes "
+            f"or a \"route\" field in the body (served capabilities: {sorted(capabilities)})",
+            param="route", code="route_required",
+        )
+    return next(iter(capabilities))
+
+
+def install(app: FastAPI, *, default_route: str | None = None) -> FastAPI:
+    """Add ``/ping`` and ``/invocations`` to ``app`` (built by ``core.api.app.create_app``)."""
+    app.include_router(build_router(default_route))
+    return app

@@ -1,0 +1,169 @@
+"""Lambda: init once, base64 bodies, the 413 over the payload limit, threads from memory, no torch."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import numpy as np
+import orjson
+import pytest
+
+from tests.adapters.conftest import LAMBDA_HANDLER, invoke
+from tests.adapters.contract import MODEL
+from tests.adapters.events import function_url_event, http_api_event
+from tests.support.server import ROOT
+
+
+def _embed_event(texts, *, base64_body=False, make=function_url_event, **extra):
+    return make("POST", "/v1/embeddings", orjson.dumps({"input": texts, **extra}), base64_body=base64_body)
+
+
+def test_init_once_second_invocation_does_not_reload(lambda_module, monkeypatch):
+    from core.engine import Engine, Registry
+
+    first = invoke(lambda_module, _embed_event(["first call"]))
+    assert first.status == 200
+    registry = lambda_module.registry
+    engine = registry.engines[MODEL]
+    batcher_task = engine.batcher._task
+    assert batcher_task is not None and not batcher_task.done()
+
+    def no_reload(*args, **kwargs):
+        raise AssertionError("a second invocation must not load models again")
+
+    monkeypatch.setattr(Engine, "load", no_reload)
+    monkeypatch.setattr(Registry, "from_settings", no_reload)
+    second = invoke(lambda_module, _embed_event(["second call"], make=http_api_event))
+    assert second.status == 200
+    assert lambda_module.registry is registry and registry.engines[MODEL] is engine
+    assert engine.batcher._task is batcher_task  # the same batcher, alive across invocations
+
+
+@pytest.mark.parametrize("make", [function_url_event, http_api_event], ids=["function-url", "http-api"])
+def test_base64_request_body(lambda_module, make):
+    texts = ["Le café est très chaud ce matin.", "東京は日本の首都です。"]
+    plain = invoke(lambda_module, _embed_event(texts, make=make)).json()
+    encoded_event = _embed_event(texts, make=make, base64_body=True)
+    assert encoded_event["isBase64Encoded"] is True and "café" not in encoded_event["body"]
+    reply = invoke(lambda_module, encoded_event)
+    assert reply.status == 200
+    got = np.array([d["embedding"] for d in reply.json()["data"]])
+    want = np.array([d["embedding"] for d in plain["data"]])
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_response_over_6mb_is_a_clear_413(lambda_module):
+    assert lambda_module.response_limit == 6 * 1024 * 1024
+    texts = [f"item {i}" for i in range(2000)]  # 2000 × 384 floats as JSON text ≈ 9 MB
+    reply = invoke(lambda_module, _embed_event(texts))
+    assert reply.status == 413
+    error = reply.json()["error"]
+    assert error["code"] == "response_too_large" and error["type"] == "invalid_request_error"
+    assert "payload limit" in error["message"] and "base64" in error["message"]
+    # the advice works: the same inputs as base64 fit
+    small = invoke(lambda_module, _embed_event(texts, encoding_format="base64"))
+    assert small.status == 200 and len(small.json()["data"]) == 2000
+
+
+def test_threads_follow_configured_memory(monkeypatch, lambda_module):
+    assert lambda_module.settings.threads == 2  # the fixture's 3008 MB
+    monkeypatch.delenv("TESSERA_THREADS", raising=False)
+    for memory, vcpus in [(128, 1), (1769, 1), (1770, 2), (3008, 2), (5307, 3), (10240, 6)]:
+        settings, _ = lambda_module.lambda_settings({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(memory)})
+        assert settings.threads == vcpus, memory
+    monkeypatch.setenv("TESSERA_THREADS", "3")
+    settings, _ = lambda_module.lambda_settings({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "10240", "TESSERA_THREADS": "3"})
+    assert settings.threads == 3
+
+
+def test_configured_models_are_onnx_only(lambda_module, monkeypatch, minilm_dir):
+    from core.errors import InvalidInput
+
+    monkeypatch.setenv("TESSERA_MODELS", json.dumps([{"path": str(minilm_dir), "name": "m"}]))
+    settings, _ = lambda_module.lambda_settings({})
+    assert [s.backend for s in settings.models] == ["onnx"]
+    monkeypatch.setenv("TESSERA_MODELS", json.dumps([{"path": str(minilm_dir), "backend": "torch"}]))
+    with pytest.raises(InvalidInput, match="ONNX only"):
+        lambda_module.lambda_settings({})
+
+
+NO_TORCH = r"""
+import importlib.abc, importlib.util, json, sys
+
+class BlockTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError(f"torch is blocked in this process ({name})")
+        return None
+
+sys.meta_path.insert(0, BlockTorch())
+sys.path.insert(0, sys.argv[2])
+from tests.adapters.events import function_url_event, LambdaContext
+spec = importlib.util.spec_from_file_location("handler", sys.argv[1])
+handler = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(handler)
+event = function_url_event("POST", "/v1/embeddings", json.dumps({"input": ["no torch here"]}).encode())
+response = handler.handler(event, LambdaContext())
+body = json.loads(response["body"])
+print(json.dumps({"status": response["statusCode"], "dim": len(body["data"][0]["embedding"]),
+                  "torch_loaded": "torch" in sys.modules,
+                  "backend": handler.registry.engines["all-MiniLM-L6-v2"].backend.describe()["backend"]}))
+"""
+
+
+def test_handler_serves_where_torch_is_not_importable(tmp_path):
+    assert importlib.util.find_spec("torch") is not None, "torch is installed here: the block is what is tested"
+    env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1769"}
+    done = subprocess.run([sys.executable, "-c", NO_TORCH, str(LAMBDA_HANDLER), str(ROOT)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"status": 200, "dim": 384, "torch_loaded": False, "backend": "onnx"}
+
+
+def test_coldstart_script_reports_time_and_rss():
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "coldstart_lambda.py"), "--runs", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "first response" in done.stdout and "peak RSS" in done.stdout and "torch loaded: False" in done.stdout
+
+
+def test_api_key_auth_through_the_function_url(monkeypatch):
+    from tests.adapters.conftest import load_by_path
+
+    monkeypatch.setenv("TESSERA_API_KEYS", '["secret-key"]')
+    module = load_by_path("tessera_lambda_handler_auth", LAMBDA_HANDLER)
+    try:
+        denied = invoke(module, _embed_event(["x"]))
+        assert denied.status == 401 and denied.json()["error"]["code"] == "invalid_api_key"
+        event = _embed_event(["x"])
+        event["headers"]["authorization"] = "Bearer secret-key"
+        assert invoke(module, event).status == 200
+        assert invoke(module, function_url_event("GET", "/health")).status == 200  # open for health checks
+    finally:
+        module.loop.run_until_complete(module.registry.stop(drain=False))
+        module.loop.close()
+
+
+def test_ensure_started_is_once_per_loop_and_refuses_a_second_loop(minilm_dir, packaged_int8_onnx):
+    import asyncio
+
+    from core.config import ModelSpec, Settings
+    from core.engine import Registry
+
+    spec = ModelSpec(path=minilm_dir, backend="onnx", dtype="int8", onnx_file=packaged_int8_onnx)
+    registry = Registry.from_settings(Settings(models=[spec]))
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(registry.ensure_started())
+        task = registry.engines[spec.served_name].batcher._task
+        loop.run_until_complete(registry.ensure_started())
+        assert registry.engines[spec.served_name].batcher._task is task  # no second start
+        with pytest.raises(RuntimeError, match="another event loop"):
+            asyncio.run(registry.ensure_started())
+    finally:
+        loop.run_until_complete(registry.stop(drain=False))
+        loop.close()

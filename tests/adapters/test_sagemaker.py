@@ -1,0 +1,166 @@
+"""SageMaker: /ping before and after load, routing by CustomAttributes and body, content negotiation
+(x-npy round trip, 406, 415), SIGTERM drain of a real process, and the boto3 client's request shape."""
+
+from __future__ import annotations
+
+import io
+import signal
+import threading
+import time
+
+import httpx
+import numpy as np
+import orjson
+import pytest
+
+from tests.adapters.conftest import int8_spec, sagemaker_process
+from tests.adapters.contract import MODEL, THREE
+from tests.support.sentences import LONG
+
+ATTRS = "X-Amzn-SageMaker-Custom-Attributes"
+
+
+def _invoke(base, body, *, attributes=None, accept="application/json", content_type="application/json"):
+    headers = {"Content-Type": content_type, "Accept": accept}
+    if attributes is not None:
+        headers[ATTRS] = attributes
+    payload = body if isinstance(body, bytes) else orjson.dumps(body)
+    return httpx.post(base + "/invocations", content=payload, headers=headers, timeout=60)
+
+
+def test_ping_is_503_before_load_and_200_after(minilm_dir, packaged_int8_onnx):
+    from starlette.testclient import TestClient
+
+    from adapters.sagemaker import install
+    from core.api.app import create_app
+    from core.config import Settings
+
+    app = install(create_app(Settings(models=[int8_spec(minilm_dir, packaged_int8_onnx)])))
+    client = TestClient(app)
+    before = client.get("/ping")  # no lifespan yet: the models are not loaded
+    assert before.status_code == 503 and before.json()["error"]["code"] == "not_ready"
+    started = time.perf_counter()
+    with client:
+        after = client.get("/ping")
+        assert after.status_code == 200
+        assert (time.perf_counter() - started) < 30
+        t0 = time.perf_counter()
+        for _ in range(20):
+            assert client.get("/ping").status_code == 200
+        assert (time.perf_counter() - t0) / 20 < 0.1  # SageMaker wants an answer within 2 s
+
+
+def test_ping_on_the_serve_process(sagemaker_server):
+    reply = httpx.get(sagemaker_server + "/ping", timeout=5)
+    assert reply.status_code == 200 and reply.json()["status"] == "ready"
+
+
+def test_custom_attributes_route_and_model(sagemaker_server):
+    base = sagemaker_server
+    by_attr = _invoke(base, {"input": THREE}, attributes=f"route=embeddings,model={MODEL}")
+    by_body = _invoke(base, {"input": THREE, "route": "embeddings"})
+    by_default = _invoke(base, {"input": THREE})  # one model, one capability: embeddings
+    semicolons = _invoke(base, {"input": THREE}, attributes=f"route = v1/embeddings ; model={MODEL}")
+    docs = [r.json() for r in (by_attr, by_body, by_default, semicolons)]
+    assert all(r.status_code == 200 for r in (by_attr, by_body, by_default, semicolons))
+    vectors = [np.array([d["embedding"] for d in doc["data"]]) for doc in docs]
+    for v in vectors[1:]:
+        np.testing.assert_allclose(v, vectors[0], atol=1e-6)
+    # the model named in the attributes is used (and an unknown one is a 404 in the error shape)
+    missing = _invoke(base, {"input": "x"}, attributes="route=embeddings,model=nope")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+    # the body's model wins over the attributes
+    assert _invoke(base, {"input": "x", "model": MODEL}, attributes="model=nope").status_code == 200
+    unknown = _invoke(base, {"input": "x"}, attributes="route=rerank")
+    assert unknown.status_code == 404 and "rerank" in unknown.json()["error"]["message"]
+
+
+def test_npy_round_trip(sagemaker_server):
+    as_json = _invoke(sagemaker_server, {"input": THREE}, attributes="route=embeddings")
+    as_npy = _invoke(sagemaker_server, {"input": THREE}, attributes="route=embeddings", accept="application/x-npy")
+    assert as_npy.status_code == 200 and as_npy.headers["content-type"] == "application/x-npy"
+    array = np.load(io.BytesIO(as_npy.content), allow_pickle=False)
+    assert array.dtype == np.float32 and array.shape == (3, 384)
+    np.testing.assert_allclose(array, np.array([d["embedding"] for d in as_json.json()["data"]]), atol=1e-6)
+    assert as_npy.headers["x-tessera-model"] == MODEL
+    assert int(as_npy.headers["x-tessera-prompt-tokens"]) == as_json.json()["usage"]["prompt_tokens"]
+    assert len(as_npy.content) < len(as_json.content) / 2
+    # preference order is honoured; errors stay JSON
+    prefers_npy = _invoke(sagemaker_server, {"input": "x"}, accept="application/x-npy, application/json;q=0.5")
+    assert prefers_npy.headers["content-type"] == "application/x-npy"
+    error = _invoke(sagemaker_server, {"input": []}, accept="application/x-npy")
+    assert error.status_code == 400 and error.json()["error"]["code"] == "invalid_input"
+
+
+def test_unsupported_media_types(sagemaker_server):
+    not_acceptable = _invoke(sagemaker_server, {"input": "x"}, accept="text/csv")
+    assert not_acceptable.status_code == 406 and not_acceptable.json()["error"]["code"] == "not_acceptable"
+    unsupported = _invoke(sagemaker_server, b"a,b\n", content_type="text/csv")
+    assert unsupported.status_code == 415 and unsupported.json()["error"]["code"] == "unsupported_media_type"
+
+
+def test_sigterm_drains_in_flight_requests(sagemaker_model_dir):
+    texts = [f"{i} {LONG}" for i in range(64)]  # 64 inputs of 256 tokens: seconds of work on this CPU
+    with sagemaker_process(sagemaker_model_dir) as (base, proc):
+        results: dict = {}
+
+        def call():
+            try:
+                results["reply"] = _invoke(base, {"input": texts}, attributes="route=embeddings")
+            except httpx.HTTPError as exc:  # pragma: no cover - reported below
+                results["error"] = exc
+            results["done"] = time.monotonic()
+
+        worker = threading.Thread(target=call)
+        worker.start()
+        time.sleep(1.0)  # the request is read and batching has begun
+        assert "done" not in results, "the request finished before SIGTERM: make it heavier"
+        sigterm_at = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        worker.join(timeout=60)
+        code = proc.wait(timeout=30)
+        stopped_at = time.monotonic()
+    assert "error" not in results, results.get("error")
+    reply = results["reply"]
+    assert reply.status_code == 200, reply.text[:300]
+    assert len(reply.json()["data"]) == len(texts)
+    assert results["done"] > sigterm_at  # it was in flight when the signal came, and still completed
+    assert stopped_at - sigterm_at < 30  # inside SageMaker's 30 s before SIGKILL
+    assert code in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(base + "/ping", timeout=2)
+
+
+def test_client_request_shape_with_stubber(sagemaker_server):
+    """The script's invoke_endpoint call, checked by botocore's Stubber against the service model;
+    the stubbed answer is what the real serve process returned for that very request."""
+    import boto3
+    from botocore.response import StreamingBody
+    from botocore.stub import Stubber
+
+    from tests.adapters.conftest import load_by_path
+    from tests.support.server import ROOT
+
+    script = load_by_path("invoke_sagemaker", ROOT / "scripts" / "invoke_sagemaker.py")
+    client = boto3.client("sagemaker-runtime", region_name="us-east-1", aws_access_key_id="test",
+                          aws_secret_access_key="test")
+    body = {"input": THREE}
+    for npy, content_type in ((False, "application/json"), (True, "application/x-npy")):
+        params = script.request_params("tessera-endpoint", body, route="embeddings", model=MODEL, npy=npy)
+        real = _invoke(sagemaker_server, params["Body"], attributes=params["CustomAttributes"], accept=params["Accept"])
+        assert real.status_code == 200 and real.headers["content-type"] == content_type
+        with Stubber(client) as stub:
+            stub.add_response(
+                "invoke_endpoint",
+                {"Body": StreamingBody(io.BytesIO(real.content), len(real.content)), "ContentType": content_type,
+                 "InvokedProductionVariant": "AllTraffic"},
+                expected_params={"EndpointName": "tessera-endpoint", "Body": orjson.dumps(body),
+                                 "ContentType": "application/json", "Accept": content_type,
+                                 "CustomAttributes": f"route=embeddings,model={MODEL}"},
+            )
+            result = script.invoke(client, "tessera-endpoint", body, route="embeddings", model=MODEL, npy=npy)
+            stub.assert_no_pending_responses()
+        if npy:
+            assert result.shape == (3, 384) and result.dtype == np.float32
+        else:
+            assert result["object"] == "list" and result["model"] == MODEL and len(result["data"]) == 3
