@@ -15,8 +15,32 @@ from core.tasks.embed import EmbedRequest
 router = APIRouter()
 
 
+def media_request(body: protocol.EmbeddingRequest, settings: Settings) -> EmbedRequest:
+    """``modality: image | audio``: ``input`` holds media references; fetching happens in the task's prepare."""
+    from core.media import MediaFetcher, MediaLimits
+
+    value = body.input
+    refs = [value] if isinstance(value, str) else value
+    if not refs:
+        raise InvalidInput("'input' must not be empty", param="input")
+    for i, ref in enumerate(refs):
+        if not isinstance(ref, str):
+            raise InvalidInput(f"input[{i}]: {body.modality} input must be a data: URI or an http(s) URL string",
+                               param="input")
+    if len(refs) > settings.max_items_per_request:
+        raise TooLarge(
+            f"{len(refs)} inputs in one request; the limit is {settings.max_items_per_request}", param="input"
+        )
+    return EmbedRequest(
+        modality=body.modality, inputs=list(refs), normalize=body.normalize, dimensions=body.dimensions,
+        truncate=body.truncate, media=MediaFetcher(MediaLimits.from_settings(settings)),
+    )
+
+
 def embed_request(body: protocol.EmbeddingRequest, settings: Settings) -> EmbedRequest:
     """Validate the ``input`` union and limits; build the task's request."""
+    if body.modality != "text":
+        return media_request(body, settings)
     value = body.input
     texts: list[str] | None = None
     token_ids: list[list[int]] | None = None
