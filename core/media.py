@@ -43,7 +43,6 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IMAGE_TYPES = frozenset({"image/"})
 AUDIO_TYPES = frozenset({"audio/", "application/ogg", "application/x-flac"})
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
-_CHUNK = 64 * 1024
 
 
 def system_resolver(host: str, port: int) -> list[str]:
@@ -96,7 +95,7 @@ def blocked_reason(ip: IPAddress) -> str | None:
             embedded.extend(ip.teredo)
         if ip in ipaddress.ip_network("64:ff9b::/96"):  # NAT64 well-known prefix
             embedded.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
-    for candidate in [ip, *embedded]:
+    for candidate in [*embedded, ip]:  # an embedded IPv4 address names the real target
         for attr, label in (
             ("is_unspecified", "unspecified"),
             ("is_loopback", "loopback"),
@@ -275,7 +274,7 @@ class MediaFetcher:
             if declared is not None and declared.isdigit() and int(declared) > limits.max_bytes:
                 raise _refuse(index, f"media exceeds {limits.max_bytes} bytes ({declared} declared)")
             body = bytearray()
-            for chunk in response.iter_raw(_CHUNK):
+            for chunk in response.iter_bytes():  # as the network delivers (a chunk_size would buffer)
                 body += chunk
                 if len(body) > limits.max_bytes:
                     raise _refuse(index, f"media exceeds {limits.max_bytes} bytes")
