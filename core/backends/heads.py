@@ -42,12 +42,16 @@ class Head:
     auto_class: str  # transformers class name used by the torch backend
     outputs: tuple[str, ...]  # output names, the same on every backend (ONNX graphs are exported with them)
     call: Callable[[Any, dict], dict]  # torch: model, feeds → {output name: tensor}
+    #: the feeds the call takes; None: those named in the model's forward signature (torch)
+    inputs: tuple[str, ...] | None = None
 
 
 HEADS: dict[str, Head] = {
     "encoder": Head("encoder", "AutoModel", ("last_hidden_state",), _hidden_states),
     "towers": Head("towers", "AutoModel", ("embeddings",), _towers),
-    "colpali": Head("colpali", "ColPaliForRetrieval", ("embeddings",), _multi_vector),
+    # token_type_ids reach PaliGemma through **kwargs: all-zero = bidirectional prefix attention
+    "colpali": Head("colpali", "ColPaliForRetrieval", ("embeddings",), _multi_vector,
+                    ("input_ids", "attention_mask", "token_type_ids", "pixel_values")),
 }
 
 

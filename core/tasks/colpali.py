@@ -11,7 +11,7 @@ import numpy as np
 
 from core.tasks.multimodal import MediaItem, MultiModalEmbedTask
 
-_KEEP = ("input_ids", "attention_mask", "pixel_values")
+_KEEP = ("input_ids", "attention_mask", "token_type_ids", "pixel_values")
 
 
 class ColPaliTask(MultiModalEmbedTask):
@@ -34,11 +34,10 @@ class ColPaliTask(MultiModalEmbedTask):
         items = []
         for row in range(n):
             one = {k: np.ascontiguousarray(v[row]) for k, v in arrays.items()}
-            for key in ("input_ids", "attention_mask"):
-                one[key] = one[key].astype(np.int64)
+            sequences = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in one]
             mask = one["attention_mask"].astype(bool)
-            for key in ("input_ids", "attention_mask"):
-                one[key] = one[key][mask]  # drop the processor's padding: collate pads on the right
+            for key in sequences:
+                one[key] = one[key].astype(np.int64)[mask]  # drop the processor's padding: collate pads right
             if "pixel_values" in one:
                 one["pixel_values"] = one["pixel_values"].astype(np.float32)
             length = int(one["input_ids"].shape[0])
