@@ -209,7 +209,7 @@ class MediaFetcher:
         for ip in addresses:
             reason = blocked_reason(ip)
             if reason is not None and not self._allow.opens(host, ip):
-                raise _refuse(index, f"refused to fetch from {host!r}: it resolves to a {reason}")
+                raise _refuse(index, f"refused to fetch from {host!r}: it resolves to {reason}, which is blocked")
         return addresses[0]
 
     def fetch(self, url: str, *, index: int, accepted: frozenset[str]) -> Fetched:

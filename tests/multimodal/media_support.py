@@ -57,6 +57,14 @@ class Route:
     chunked: bool = False  # no Content-Length
 
 
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):  # a client that hangs up early is expected here
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
+
 class MediaServer:
     """``http.server`` on 127.0.0.1 (a free port) with fixed routes; records every request it gets."""
 
@@ -100,7 +108,7 @@ class MediaServer:
             def log_message(self, *args):
                 pass
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self.base = f"http://127.0.0.1:{self.port}"
