@@ -35,3 +35,8 @@ def media_server():
     server = MediaServer()
     with server.running():
         yield server
+
+
+@pytest.fixture(scope="session")
+def siglip_dir() -> Path:
+    return _build("siglip")

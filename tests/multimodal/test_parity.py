@@ -130,6 +130,25 @@ def test_clip_dimensions_truncate_and_renormalize(clip):
         engine.run_sync(EmbedRequest(modality="audio", inputs=["data:audio/wav;base64,AAAA"]))
 
 
+def test_siglip_style_text_and_image(siglip_dir):
+    from transformers import AutoProcessor, SiglipModel
+
+    engine = _engine(siglip_dir)
+    model, proc = SiglipModel.from_pretrained(siglip_dir).eval(), AutoProcessor.from_pretrained(siglip_dir)
+    assert engine.task.name == "clip" and engine.card()["modalities"] == ["text", "image"]
+    pils = [_pil(b) for b in IMAGES]
+    with torch.inference_mode():
+        ref_t = model.get_text_features(**proc.tokenizer(TEXTS, padding="max_length", truncation=True,
+                                                         return_tensors="pt")).pooler_output.numpy()
+        ref_i = model.get_image_features(**proc.image_processor(pils, return_tensors="pt")).pooler_output.numpy()
+    ours_t = engine.run_sync(EmbedRequest(texts=TEXTS)).vectors
+    each_t = np.stack([r.vectors[0] for r in serve(engine, [EmbedRequest(texts=[t]) for t in TEXTS])])
+    ours_i = engine.run_sync(EmbedRequest(modality="image", inputs=[data_uri(b, "image/png") for b in IMAGES])).vectors
+    assert cosine(ours_t, ref_t).min() >= COS and cosine(each_t, ref_t).min() >= COS
+    assert cosine(ours_i, ref_i).min() >= COS
+    assert engine.run_sync(EmbedRequest(texts=["red"])).prompt_tokens < 16  # usage counts real tokens
+
+
 # CLAP -----------------------------------------------------------------------------------------------
 
 

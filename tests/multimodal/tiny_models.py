@@ -127,3 +127,26 @@ def build_colpali(out: Path) -> None:
     model = ColPaliForRetrieval(config).eval()
     model.save_pretrained(out)
     processor.save_pretrained(out)
+
+
+def build_siglip(out: Path) -> None:
+    """SigLIP-style: sigmoid image–text model whose text tower pools the *last* position, so text is
+    padded to ``max_length`` (as SigLIP was trained); Gemma-style tokenizer as in SigLIP 2."""
+    import torch
+    from transformers import GemmaTokenizer, SiglipConfig, SiglipImageProcessorPil, SiglipModel, SiglipProcessor
+
+    torch.manual_seed(0)
+    alphabet = ["▁"] + [chr(c) for c in range(33, 127)] + [f"<0x{b:02X}>" for b in range(256)]
+    merges = _bpe_merges(["▁" + w for w in _WORDS])
+    vocab = _vocab_from(alphabet, merges, ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"])
+    tokenizer = GemmaTokenizer(vocab=vocab, merges=merges, model_max_length=16, padding_side="right")
+    config = SiglipConfig(
+        text_config=dict(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, max_position_embeddings=16, pad_token_id=0),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=32, patch_size=8),
+    )
+    model = SiglipModel(config).eval()
+    model.save_pretrained(out)
+    image_processor = SiglipImageProcessorPil(size={"height": 32, "width": 32})
+    SiglipProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(out)
