@@ -149,6 +149,8 @@ class MediaFetcher:
     resolver: Resolver = system_resolver
     #: an ``httpx`` transport (tests); default: httpx's own connection to the checked address
     transport: Any = None
+    #: the request's deadline (``time.monotonic()`` clock): no fetch runs past it
+    deadline: float | None = None
 
     def __post_init__(self) -> None:
         self._allow = _AllowList.parse(self.limits.allow)
@@ -216,6 +218,8 @@ class MediaFetcher:
         httpx = require("httpx", "media")
         limits = self.limits
         deadline = time.monotonic() + limits.fetch_timeout_s
+        if self.deadline is not None and self.deadline < deadline:
+            deadline = self.deadline
         try:
             current = httpx.URL(url)
         except (httpx.InvalidURL, ValueError, TypeError) as exc:
@@ -231,7 +235,7 @@ class MediaFetcher:
                 ip = self.check_host(host, port, index=index)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise _refuse(index, f"fetching took longer than {limits.fetch_timeout_s:g}s")
+                    raise self._too_slow(index)
                 target = current.copy_with(host=str(ip))
                 extensions: dict[str, Any] = {"timeout": httpx.Timeout(remaining).as_dict()}
                 if current.scheme == "https":
@@ -242,7 +246,7 @@ class MediaFetcher:
                     fetched = self._get(client, target, headers, extensions, deadline=deadline, index=index,
                                         accepted=accepted)
                 except httpx.TimeoutException:
-                    raise _refuse(index, f"fetching took longer than {limits.fetch_timeout_s:g}s") from None
+                    raise self._too_slow(index) from None
                 except httpx.HTTPError as exc:
                     raise _refuse(index, f"could not fetch the URL ({type(exc).__name__}: {exc})") from None
                 if isinstance(fetched, Fetched):
@@ -252,6 +256,11 @@ class MediaFetcher:
                 except (httpx.InvalidURL, ValueError) as exc:
                     raise _refuse(index, f"invalid redirect location ({exc})") from None
         raise _refuse(index, f"more than {limits.max_redirects} redirects")
+
+    def _too_slow(self, index: int) -> InvalidInput:
+        if self.deadline is not None and time.monotonic() >= self.deadline - 0.01:
+            return _refuse(index, "the request's deadline passed while fetching media")
+        return _refuse(index, f"fetching took longer than {self.limits.fetch_timeout_s:g}s")
 
     def _get(self, client, target, headers, extensions, *, deadline: float, index: int,
              accepted: frozenset[str]) -> Fetched | str:
@@ -279,7 +288,7 @@ class MediaFetcher:
                 if len(body) > limits.max_bytes:
                     raise _refuse(index, f"media exceeds {limits.max_bytes} bytes")
                 if time.monotonic() > deadline:
-                    raise _refuse(index, f"fetching took longer than {limits.fetch_timeout_s:g}s")
+                    raise self._too_slow(index)
             return Fetched(bytes(body), ctype)
         finally:
             response.close()

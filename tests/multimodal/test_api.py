@@ -176,3 +176,19 @@ def test_bad_media_is_a_400_naming_the_item(server, media_server, make, fragment
     assert time.monotonic() - started < 3.0
     if "refused" in fragment:
         assert len(media_server.requests) == before  # refused before any connection
+
+
+def test_request_timeout_header_bounds_media_fetching(server, media_server):
+    url = media_server.add("/api/slow-header.png", Route(RED, "image/png", delay_s=4.0))
+    started = time.monotonic()
+    response = httpx.post(server + "/v1/embeddings", headers={"X-Request-Timeout": "0.4"}, timeout=30,
+                          json={"model": "tiny-clip", "modality": "image", "input": [url, url, url]})
+    assert "input[0]: the request's deadline passed while fetching media" in _error(response)
+    assert time.monotonic() - started < 1.5
+
+
+def test_text_models_are_unchanged_by_the_modality_field(server, st_minilm):
+    got = vectors(embed(server, model="minilm", input=["a red circle", "a dog"]))
+    explicit = vectors(embed(server, model="minilm", input=["a red circle", "a dog"], modality="text"))
+    ref = st_minilm.encode(["a red circle", "a dog"])
+    assert cosine(got, ref).min() >= COS and np.allclose(got, explicit)

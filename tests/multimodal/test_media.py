@@ -269,3 +269,14 @@ def test_slow_servers_hit_the_time_limit(media_server, route):
     with pytest.raises(InvalidInput, match=r"input\[0\]: fetching took longer than 0.5s"):
         _loopback(fetch_timeout_s=0.5).image(url, index=0)
     assert time.monotonic() - started < 1.5
+
+
+def test_the_request_deadline_bounds_every_fetch(media_server):
+    url = media_server.add("/slow-deadline.png", Route(PNG, "image/png", delay_s=3.0))
+    fetcher = MediaFetcher(MediaLimits(allow=("127.0.0.1/32",), fetch_timeout_s=10.0), deadline=time.monotonic() + 0.5)
+    started = time.monotonic()
+    with pytest.raises(InvalidInput, match=r"input\[1\]: the request's deadline passed while fetching media"):
+        fetcher.image(url, index=1)
+    assert time.monotonic() - started < 1.5
+    with pytest.raises(InvalidInput, match=r"input\[2\]: the request's deadline passed"):
+        fetcher.image(url, index=2)  # later items find the deadline already spent
