@@ -14,9 +14,8 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import ClassVar, Mapping, Sequence
 
 import numpy as np
 
@@ -25,7 +24,6 @@ from core.errors import BackendFailure, InvalidInput, TooLarge, require
 from core.loading import ModelInfo
 from core.tasks.embed import EmbedRequest, EmbedResult, l2_normalize
 
-log = logging.getLogger(__name__)
 
 #: 1-D per-item arrays padded to the batch's longest item (everything else is stacked as is)
 SEQUENCE_KEYS = ("input_ids", "attention_mask", "token_type_ids")

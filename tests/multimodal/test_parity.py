@@ -232,3 +232,18 @@ def test_colpali_queries_and_pages_multi_vector_parity(colpali):
     assert (ours_scores.argmax(axis=1) == ref_scores.argmax(axis=1)).all()
     with pytest.raises(InvalidInput, match="multi-vector"):
         engine.run_sync(EmbedRequest(texts=queries, dimensions=4))
+
+
+def test_clap_fusion_extractor_on_an_unfused_model_uses_rand_trunc(clap_dir, tmp_path):
+    import json
+    import shutil
+
+    folder = tmp_path / "clap-fusion-config"
+    shutil.copytree(clap_dir, folder)
+    cfg = json.loads((folder / "processor_config.json").read_text())
+    cfg["feature_extractor"]["truncation"] = "fusion"
+    (folder / "processor_config.json").write_text(json.dumps(cfg))
+    engine = _engine(folder)
+    assert engine.card()["truncation"] == "rand_trunc"
+    uri = data_uri(audio_bytes(sine(440, 0.5), 16000), "audio/wav")
+    assert engine.run_sync(EmbedRequest(modality="audio", inputs=[uri])).vectors.shape == (1, 16)
