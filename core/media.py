@@ -151,6 +151,8 @@ class MediaFetcher:
     transport: Any = None
     #: the request's deadline (``time.monotonic()`` clock): no fetch runs past it
     deadline: float | None = None
+    #: TLS verification for https: True (system/certifi CAs) or an ``ssl.SSLContext`` (own CAs, tests)
+    verify: Any = True
 
     def __post_init__(self) -> None:
         self._allow = _AllowList.parse(self.limits.allow)
@@ -224,7 +226,8 @@ class MediaFetcher:
             current = httpx.URL(url)
         except (httpx.InvalidURL, ValueError, TypeError) as exc:
             raise _refuse(index, f"invalid URL ({exc})") from None
-        with httpx.Client(transport=self.transport, trust_env=False, follow_redirects=False) as client:
+        with httpx.Client(transport=self.transport, trust_env=False, follow_redirects=False,
+                          verify=self.verify) as client:
             for _hop in range(limits.max_redirects + 1):
                 if current.scheme not in ("http", "https"):
                     raise _refuse(index, f"only http and https URLs are fetched, not {current.scheme!r}")

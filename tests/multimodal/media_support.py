@@ -68,9 +68,11 @@ class _QuietServer(http.server.ThreadingHTTPServer):
 class MediaServer:
     """``http.server`` on 127.0.0.1 (a free port) with fixed routes; records every request it gets."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: tuple[str, str] | None = None) -> None:
+        """``tls``: (certificate, key) PEM files: serve HTTPS and record the SNI names clients send."""
         self.routes: dict[str, Route] = {}
         self.requests: list[tuple[str, str]] = []  # (path, Host header)
+        self.sni: list[str | None] = []
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -112,6 +114,14 @@ class MediaServer:
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self.base = f"http://127.0.0.1:{self.port}"
+        if tls is not None:
+            import ssl
+
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            context.sni_callback = lambda sock, name, ctx: self.sni.append(name)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            self.base = f"https://127.0.0.1:{self.port}"
 
     def add(self, path: str, route: Route) -> str:
         self.routes[path] = route

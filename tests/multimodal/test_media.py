@@ -4,7 +4,9 @@ nothing leaves the process), limits and decoding, and real fetches from a loopba
 from __future__ import annotations
 
 import io
+import ssl
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -13,7 +15,7 @@ from PIL import Image
 
 from core.errors import InvalidInput
 from core.media import MediaFetcher, MediaLimits, blocked_reason
-from tests.multimodal.media_support import Route, audio_bytes, data_uri, png, sine
+from tests.multimodal.media_support import MediaServer, Route, audio_bytes, data_uri, png, sine
 
 PNG = png()
 
@@ -280,3 +282,22 @@ def test_the_request_deadline_bounds_every_fetch(media_server):
     assert time.monotonic() - started < 1.5
     with pytest.raises(InvalidInput, match=r"input\[2\]: the request's deadline passed"):
         fetcher.image(url, index=2)  # later items find the deadline already spent
+
+
+TLS = Path(__file__).parent / "tls"
+
+
+def test_https_connects_to_the_checked_ip_and_verifies_the_original_name():
+    """TLS to 127.0.0.1 while SNI and the certificate check use the URL's host name."""
+    server = MediaServer(tls=(str(TLS / "images.test.pem"), str(TLS / "images.test.key")))
+    server.add("/a.png", Route(PNG, "image/png"))
+    context = ssl.create_default_context(cafile=str(TLS / "images.test.pem"))
+    dns = StubDNS({"images.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]})
+    fetcher = MediaFetcher(MediaLimits(allow=("127.0.0.1/32",)), resolver=dns, verify=context)
+    with server.running():
+        assert fetcher.image(f"https://images.test:{server.port}/a.png", index=0).size == (40, 30)
+        assert server.requests == [("/a.png", f"images.test:{server.port}")]
+        with pytest.raises(InvalidInput, match=r"input\[0\]: could not fetch the URL .*certificate"):
+            fetcher.image(f"https://other.test:{server.port}/a.png", index=0)
+    assert server.sni == ["images.test", "other.test"]
+    assert len(server.requests) == 1  # the mismatching name never got a request through
