@@ -51,6 +51,7 @@ class _Slot:
     index: int
     item: Any
     cost: int
+    group: Any = None  # batches hold one group only (e.g. one modality of a multi-modal model)
 
 
 @dataclass
@@ -136,8 +137,11 @@ class Batcher:
     _busy: bool = False
 
     # submit ----------------------------------------------------------------------------------
-    async def submit(self, items: Sequence[Any], *, costs: Sequence[int], deadline: float | None = None) -> list:
-        """Queue ``items`` (with their token ``costs``); return their results in order."""
+    async def submit(
+        self, items: Sequence[Any], *, costs: Sequence[int], deadline: float | None = None, group: Any = None
+    ) -> list:
+        """Queue ``items`` (with their token ``costs``); return their results in order. Items of different
+        ``group`` keys never share a batch."""
         if not self._accepting:
             raise NotReady("server is not accepting work (starting or shutting down)")
         n = len(items)
@@ -152,7 +156,7 @@ class Batcher:
         loop = asyncio.get_running_loop()
         now = time.monotonic()
         req = _Request(loop.create_future(), [None] * n, n, deadline, now)
-        self._queue.extend(_Slot(req, i, item, int(c)) for i, (item, c) in enumerate(zip(items, costs)))
+        self._queue.extend(_Slot(req, i, item, int(c), group) for i, (item, c) in enumerate(zip(items, costs)))
         self._wakeup.set()
         try:
             if deadline is None:
@@ -248,7 +252,9 @@ class Batcher:
         self._queue = live
         if not live:
             return []
-        chosen = self._around_oldest(live[: self.window])
+        group = live[0].group  # the oldest item's group: nobody starves, groups never mix
+        window = [s for s in live if s.group == group][: self.window]
+        chosen = self._around_oldest(window)
         picked = set(map(id, chosen))
         self._queue = [s for s in live if id(s) not in picked]
         return chosen

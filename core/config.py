@@ -106,6 +106,18 @@ class Settings(BaseSettings):
     max_chars_per_item: int = Field(default=100_000, gt=0, description="characters per text input (413)")
     retry_after_s: int = Field(default=1, ge=0, description="Retry-After sent with 429")
     log_level: str = Field(default="info", description="logging level")
+    # media input (image/audio embeddings; see core/media.py)
+    media_max_bytes: int = Field(default=10 * 1024 * 1024, gt=0, description="bytes per image/audio input")
+    media_max_pixels: int = Field(default=25_000_000, gt=0, description="pixels per image (width x height)")
+    media_max_audio_seconds: float = Field(default=300.0, gt=0, description="seconds per audio input")
+    media_fetch_timeout_s: float = Field(default=10.0, gt=0, description="wall-clock limit of one URL fetch")
+    media_max_redirects: int = Field(default=3, ge=0, description="redirects followed (each one re-checked)")
+    media_allow_urls: bool = Field(default=True, description="fetch http(s) URLs; false: data: URIs only")
+    media_allow: list[str] = Field(
+        default_factory=list,
+        description="host names or networks (CIDR) fetched despite the private/loopback/link-local guard "
+        "(JSON list, e.g. [\"127.0.0.1/32\"])",
+    )
 
     @field_validator("models", mode="before")
     @classmethod

@@ -63,7 +63,8 @@ class Engine:
         """prepare (worker thread) → batch (inference thread) → finish."""
         loop = asyncio.get_running_loop()
         items = await loop.run_in_executor(self._prep, self.task.prepare, request)
-        results = await self.batcher.submit(items, costs=[it.cost for it in items], deadline=deadline)
+        group = self.task.batch_group(request) if hasattr(self.task, "batch_group") else None
+        results = await self.batcher.submit(items, costs=[it.cost for it in items], deadline=deadline, group=group)
         return self.task.finish(request, items, results)
 
     def run_sync(self, request: Any) -> Any:
@@ -107,6 +108,7 @@ class Engine:
             "object": "model",
             "created": 0,
             "owned_by": "tessera",
+            "modalities": list(getattr(self.task, "modalities", ("text",))),
             **self.task.describe(),
             **self.backend.describe(),
         }

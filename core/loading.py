@@ -88,6 +88,18 @@ def read_model_info(folder: Path, *, max_length: int | None = None) -> ModelInfo
     )
 
 
+#: architectures (config.json) served by a multi-modal task; anything else is a text encoder
+MULTIMODAL_ARCHITECTURES = {
+    "CLIPModel": "clip",
+    "SiglipModel": "clip",
+    "ClapModel": "clap",
+    "ColPaliForRetrieval": "colpali",
+}
+
+
 def detect_task(info: ModelInfo) -> str:
     """The task a folder serves when its spec says ``task: auto``."""
+    for arch in info.architectures:
+        if arch in MULTIMODAL_ARCHITECTURES:
+            return MULTIMODAL_ARCHITECTURES[arch]
     return "embed"

@@ -15,7 +15,10 @@ def dumps(obj) -> bytes:
 
 
 def encode_vector(vector: np.ndarray, encoding_format: str):
-    """``float``: the array itself (orjson writes it as a JSON list); ``base64``: little-endian float32."""
+    """``float``: the array itself (orjson writes it as a JSON list); ``base64``: little-endian float32.
+    A 2-D array (a multi-vector item) becomes a list of vectors, each encoded the same way."""
+    if encoding_format == "base64" and vector.ndim == 2:
+        return [encode_vector(row, encoding_format) for row in vector]
     if encoding_format == "base64":
         return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
     return vector

@@ -26,12 +26,16 @@ class EmbeddingRequest(_Request):
     # extensions
     normalize: bool | None = Field(default=None, description="L2-normalize; default: the model's own setting")
     truncate: bool = Field(default=True, description="truncate to the model's max length; false: 413 when longer")
+    modality: Literal["text", "image", "audio"] = Field(
+        default="text",
+        description="what 'input' holds: text, or image/audio references (data: URIs or http(s) URLs)",
+    )
 
 
 class Embedding(BaseModel):
     object: Literal["embedding"] = "embedding"
     index: int
-    embedding: list[float] | str
+    embedding: list[float] | str | list[list[float]] | list[str]  # multi-vector models: one vector per token
 
 
 class Usage(BaseModel):

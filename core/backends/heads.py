@@ -11,16 +11,47 @@ def _hidden_states(model: Any, feeds: dict) -> dict:
     return {"last_hidden_state": model(**feeds).last_hidden_state}
 
 
+def _pooled(out: Any) -> Any:
+    """transformers 5.x ``get_*_features`` return an output object (the embedding is ``pooler_output``);
+    older versions return the tensor itself."""
+    return out if hasattr(out, "shape") else out.pooler_output
+
+
+def _towers(model: Any, feeds: dict) -> dict:
+    """Dual encoders (CLIP, SigLIP, CLAP): one head, the tower chosen by the inputs present. A batch holds
+    one modality only (the task groups batches by modality), so exactly one tower runs per call."""
+    if "pixel_values" in feeds:
+        out = model.get_image_features(pixel_values=feeds["pixel_values"])
+    elif "input_features" in feeds:
+        audio = {k: feeds[k] for k in ("input_features", "is_longer") if k in feeds}
+        out = model.get_audio_features(**audio)
+    else:
+        text = {k: feeds[k] for k in ("input_ids", "attention_mask") if k in feeds}
+        out = model.get_text_features(**text)
+    return {"embeddings": _pooled(out)}
+
+
+def _multi_vector(model: Any, feeds: dict) -> dict:
+    """ColPali: one projected, L2-normalized vector per token (page-image patches or query tokens)."""
+    return {"embeddings": model(**feeds).embeddings}
+
+
 @dataclass(frozen=True)
 class Head:
     name: str
     auto_class: str  # transformers class name used by the torch backend
     outputs: tuple[str, ...]  # output names, the same on every backend (ONNX graphs are exported with them)
     call: Callable[[Any, dict], dict]  # torch: model, feeds → {output name: tensor}
+    #: the feeds the call takes; None: those named in the model's forward signature (torch)
+    inputs: tuple[str, ...] | None = None
 
 
 HEADS: dict[str, Head] = {
     "encoder": Head("encoder", "AutoModel", ("last_hidden_state",), _hidden_states),
+    "towers": Head("towers", "AutoModel", ("embeddings",), _towers),
+    # token_type_ids reach PaliGemma through **kwargs: all-zero = bidirectional prefix attention
+    "colpali": Head("colpali", "ColPaliForRetrieval", ("embeddings",), _multi_vector,
+                    ("input_ids", "attention_mask", "token_type_ids", "pixel_values")),
 }
 
 

@@ -49,7 +49,7 @@ class TorchBackend:
         self._device, self._head = device, spec
         import inspect
 
-        self._accepts = frozenset(inspect.signature(model.forward).parameters)
+        self._accepts = frozenset(spec.inputs or inspect.signature(model.forward).parameters)
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
         import torch

@@ -8,6 +8,9 @@ from core.errors import InvalidInput
 
 TASKS: dict[str, tuple[str, str]] = {
     "embed": ("core.tasks.embed", "EmbedTask"),
+    "clip": ("core.tasks.clip", "ClipTask"),
+    "clap": ("core.tasks.clap", "ClapTask"),
+    "colpali": ("core.tasks.colpali", "ColPaliTask"),
 }
 
 

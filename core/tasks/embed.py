@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
@@ -20,11 +20,14 @@ class EmbedRequest:
     truncate: bool = True
     normalize: bool | None = None  # None: the model's own default
     dimensions: int | None = None
+    modality: str = "text"  # text | image | audio
+    inputs: list[str] | None = None  # media references (data: URIs, http(s) URLs) for image/audio
+    media: Any = None  # core.media.MediaFetcher built from the settings at the edge (None: safe defaults)
 
 
 @dataclass(slots=True)
 class EmbedResult:
-    vectors: np.ndarray  # float32 (n, d)
+    vectors: np.ndarray | list[np.ndarray]  # float32 (n, d); multi-vector models: n arrays (tokens_i, d)
     prompt_tokens: int
 
 
@@ -56,6 +59,7 @@ class EmbedTask:
     name: ClassVar[str] = "embed"
     head: ClassVar[str] = "encoder"
     capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings"})
+    modalities: ClassVar[tuple[str, ...]] = ("text",)
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
         self.info = info
@@ -64,6 +68,11 @@ class EmbedTask:
 
     # worker thread
     def prepare(self, request: EmbedRequest) -> list[Encoded]:
+        if request.modality not in self.modalities:
+            raise InvalidInput(
+                f"modality {request.modality!r} is not served by this model; its modalities: {list(self.modalities)}",
+                param="modality",
+            )
         if request.dimensions is not None and self.info.dimension and request.dimensions > self.info.dimension:
             raise InvalidInput(
                 f"dimensions={request.dimensions} exceeds the model's dimension {self.info.dimension}",

@@ -15,8 +15,32 @@ from core.tasks.embed import EmbedRequest
 router = APIRouter()
 
 
-def embed_request(body: protocol.EmbeddingRequest, settings: Settings) -> EmbedRequest:
+def media_request(body: protocol.EmbeddingRequest, settings: Settings, deadline: float | None = None) -> EmbedRequest:
+    """``modality: image | audio``: ``input`` holds media references; fetching happens in the task's prepare."""
+    from core.media import MediaFetcher, MediaLimits
+
+    value = body.input
+    refs = [value] if isinstance(value, str) else value
+    if not refs:
+        raise InvalidInput("'input' must not be empty", param="input")
+    for i, ref in enumerate(refs):
+        if not isinstance(ref, str):
+            raise InvalidInput(f"input[{i}]: {body.modality} input must be a data: URI or an http(s) URL string",
+                               param="input")
+    if len(refs) > settings.max_items_per_request:
+        raise TooLarge(
+            f"{len(refs)} inputs in one request; the limit is {settings.max_items_per_request}", param="input"
+        )
+    return EmbedRequest(
+        modality=body.modality, inputs=list(refs), normalize=body.normalize, dimensions=body.dimensions,
+        truncate=body.truncate, media=MediaFetcher(MediaLimits.from_settings(settings), deadline=deadline),
+    )
+
+
+def embed_request(body: protocol.EmbeddingRequest, settings: Settings, deadline: float | None = None) -> EmbedRequest:
     """Validate the ``input`` union and limits; build the task's request."""
+    if body.modality != "text":
+        return media_request(body, settings, deadline)
     value = body.input
     texts: list[str] | None = None
     token_ids: list[list[int]] | None = None
@@ -56,6 +80,7 @@ def embed_request(body: protocol.EmbeddingRequest, settings: Settings) -> EmbedR
 async def create_embeddings(body: protocol.EmbeddingRequest, request: Request) -> Response:
     settings = settings_of(request)
     engine = registry_of(request).get(body.model, "embeddings")
-    task_request = embed_request(body, settings)
-    result = await serve_until_disconnect(request, engine(task_request, deadline=deadline_for(request, settings)))
+    deadline = deadline_for(request, settings)
+    task_request = embed_request(body, settings, deadline)
+    result = await serve_until_disconnect(request, engine(task_request, deadline=deadline))
     return JSONBytes(dumps(embedding_list(result.vectors, body.encoding_format, engine.name, result.prompt_tokens)))

@@ -1,0 +1,362 @@
+"""Images and audio from ``data:`` URIs or ``http(s)`` URLs, fetched safely and decoded with limits.
+
+Safety of URL fetching (SSRF guard), per hop of a redirect chain:
+
+1. only ``http`` / ``https``;
+2. the host name is resolved once (``resolver``, injectable) and *every* address it resolves to is
+   checked: private, loopback, link-local (cloud metadata 169.254.169.254), multicast, reserved,
+   unspecified, shared (CGNAT) and any other non-global range is refused, also when it hides inside an
+   IPv6 address (IPv4-mapped ``::ffff:a.b.c.d``, 6to4, Teredo, NAT64); the ``allow`` list opens chosen
+   host names or networks;
+3. the connection goes to the checked address itself (the URL's host is replaced by the IP; the
+   ``Host`` header and the TLS SNI / certificate name stay the original name), so a second DNS answer
+   cannot swap the address between check and connect;
+4. redirects are not followed by the client: each ``Location`` is checked like a new URL;
+5. size (bytes read), pixel count, audio duration and wall-clock time are limited; the content type
+   must be an image / audio type.
+
+Every refusal or decode failure is an ``InvalidInput`` (400) naming ``input[i]``. Limits come from
+``Settings`` through :meth:`MediaLimits.from_settings`; nothing here reads the environment.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import ipaddress
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from core.errors import InvalidInput, require
+
+#: resolver(host, port) -> the IP addresses (strings) the host name resolves to
+Resolver = Callable[[str, int], Sequence[str]]
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+IMAGE_TYPES = frozenset({"image/"})
+AUDIO_TYPES = frozenset({"audio/", "application/ogg", "application/x-flac"})
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+
+def system_resolver(host: str, port: int) -> list[str]:
+    """All addresses of ``host`` from the system resolver (one lookup)."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]).split("%", 1)[0] for info in infos))
+
+
+@dataclass(frozen=True)
+class MediaLimits:
+    max_bytes: int = 10 * 1024 * 1024
+    max_pixels: int = 25_000_000
+    max_audio_seconds: float = 300.0
+    fetch_timeout_s: float = 10.0
+    max_redirects: int = 3
+    allow_urls: bool = True
+    #: host names (exact, case-insensitive) or networks (CIDR, or a single IP) opened despite the guard
+    allow: tuple[str, ...] = ()
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> "MediaLimits":
+        return cls(
+            max_bytes=settings.media_max_bytes,
+            max_pixels=settings.media_max_pixels,
+            max_audio_seconds=settings.media_max_audio_seconds,
+            fetch_timeout_s=settings.media_fetch_timeout_s,
+            max_redirects=settings.media_max_redirects,
+            allow_urls=settings.media_allow_urls,
+            allow=tuple(settings.media_allow),
+        )
+
+
+def _where(index: int) -> str:
+    return f"input[{index}]"
+
+
+def _refuse(index: int, message: str) -> InvalidInput:
+    return InvalidInput(f"{_where(index)}: {message}", param="input", code="invalid_media")
+
+
+def blocked_reason(ip: IPAddress) -> str | None:
+    """Why ``ip`` must not be fetched from (None: a public address)."""
+    embedded: list[IPAddress] = []
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            embedded.append(ip.ipv4_mapped)
+        if ip.sixtofour is not None:
+            embedded.append(ip.sixtofour)
+        if ip.teredo is not None:
+            embedded.extend(ip.teredo)
+        if ip in ipaddress.ip_network("64:ff9b::/96"):  # NAT64 well-known prefix
+            embedded.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    for candidate in [*embedded, ip]:  # an embedded IPv4 address names the real target
+        for attr, label in (
+            ("is_unspecified", "unspecified"),
+            ("is_loopback", "loopback"),
+            ("is_link_local", "link-local"),
+            ("is_multicast", "multicast"),
+            ("is_private", "private"),
+            ("is_reserved", "reserved"),
+        ):
+            if getattr(candidate, attr):
+                return f"{label} address {candidate}"
+        if not candidate.is_global:
+            return f"non-public address {candidate}"
+    return None
+
+
+@dataclass
+class _AllowList:
+    hosts: frozenset[str] = frozenset()
+    networks: tuple[IPNetwork, ...] = ()
+
+    @classmethod
+    def parse(cls, entries: Sequence[str]) -> "_AllowList":
+        hosts, networks = set(), []
+        for entry in entries:
+            try:
+                networks.append(ipaddress.ip_network(entry.strip(), strict=False))
+            except ValueError:
+                hosts.add(entry.strip().lower().rstrip("."))
+        return cls(frozenset(hosts), tuple(networks))
+
+    def opens(self, host: str, ip: IPAddress) -> bool:
+        return host.lower().rstrip(".") in self.hosts or any(ip in net for net in self.networks)
+
+
+@dataclass
+class Fetched:
+    data: bytes
+    content_type: str
+
+
+def _type_ok(content_type: str, accepted: frozenset[str]) -> bool:
+    ctype = content_type.split(";", 1)[0].strip().lower()
+    return any(ctype.startswith(a) if a.endswith("/") else ctype == a for a in accepted)
+
+
+@dataclass
+class MediaFetcher:
+    """Loads media references (data URIs, URLs) into bytes and decodes them; one per request is fine."""
+
+    limits: MediaLimits = field(default_factory=MediaLimits)
+    resolver: Resolver = system_resolver
+    #: an ``httpx`` transport (tests); default: httpx's own connection to the checked address
+    transport: Any = None
+    #: the request's deadline (``time.monotonic()`` clock): no fetch runs past it
+    deadline: float | None = None
+    #: TLS verification for https: True (system/certifi CAs) or an ``ssl.SSLContext`` (own CAs, tests)
+    verify: Any = True
+
+    def __post_init__(self) -> None:
+        self._allow = _AllowList.parse(self.limits.allow)
+
+    # bytes -------------------------------------------------------------------------------------
+    def load(self, ref: Any, *, index: int, accepted: frozenset[str]) -> bytes:
+        if not isinstance(ref, str) or not ref:
+            raise _refuse(index, "expected a data: URI or an http(s) URL string")
+        head = ref[:16].lower()
+        if head.startswith("data:"):
+            return self._data_uri(ref, index=index, accepted=accepted)
+        if head.startswith(("http://", "https://")):
+            if not self.limits.allow_urls:
+                raise _refuse(index, "fetching URLs is disabled on this server; send a data: URI")
+            return self.fetch(ref, index=index, accepted=accepted).data
+        scheme = ref.split(":", 1)[0][:20] if ":" in ref else ""
+        raise _refuse(index, f"unsupported media reference (scheme {scheme!r}); use a data: URI or http(s) URL")
+
+    def _data_uri(self, ref: str, *, index: int, accepted: frozenset[str]) -> bytes:
+        meta, sep, payload = ref[5:].partition(",")
+        if not sep:
+            raise _refuse(index, "malformed data: URI (no ',')")
+        parts = [p.strip() for p in meta.split(";")]
+        media_type = parts[0].lower() if parts and parts[0] else "text/plain"
+        if not _type_ok(media_type, accepted):
+            raise _refuse(index, f"data: URI media type {media_type!r} is not accepted here")
+        if "base64" not in (p.lower() for p in parts[1:]):
+            raise _refuse(index, "data: URI must be base64-encoded (';base64,')")
+        if len(payload) > (self.limits.max_bytes + 2) // 3 * 4 + 4:
+            raise _refuse(index, f"media exceeds {self.limits.max_bytes} bytes")
+        try:
+            data = base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise _refuse(index, f"data: URI is not valid base64 ({exc})") from None
+        if len(data) > self.limits.max_bytes:
+            raise _refuse(index, f"media exceeds {self.limits.max_bytes} bytes")
+        return data
+
+    def check_host(self, host: str, port: int, *, index: int) -> IPAddress:
+        """Resolve ``host`` once; refuse unless every address is public or opened; return the one to use."""
+        try:
+            literal = ipaddress.ip_address(host)
+        except ValueError:
+            literal = None
+        if literal is not None:
+            addresses = [literal]
+        else:
+            try:
+                answers = list(self.resolver(host, port))
+            except (OSError, UnicodeError) as exc:
+                raise _refuse(index, f"cannot resolve host {host!r} ({exc})") from None
+            try:
+                addresses = [ipaddress.ip_address(a) for a in answers]
+            except ValueError as exc:
+                raise _refuse(index, f"host {host!r} resolved to an invalid address ({exc})") from None
+            if not addresses:
+                raise _refuse(index, f"host {host!r} has no address")
+        for ip in addresses:
+            reason = blocked_reason(ip)
+            if reason is not None and not self._allow.opens(host, ip):
+                raise _refuse(index, f"refused to fetch from {host!r}: it resolves to {reason}, which is blocked")
+        return addresses[0]
+
+    def fetch(self, url: str, *, index: int, accepted: frozenset[str]) -> Fetched:
+        httpx = require("httpx", "media")
+        limits = self.limits
+        deadline = time.monotonic() + limits.fetch_timeout_s
+        if self.deadline is not None and self.deadline < deadline:
+            deadline = self.deadline
+        try:
+            current = httpx.URL(url)
+        except (httpx.InvalidURL, ValueError, TypeError) as exc:
+            raise _refuse(index, f"invalid URL ({exc})") from None
+        with httpx.Client(transport=self.transport, trust_env=False, follow_redirects=False,
+                          verify=self.verify) as client:
+            for _hop in range(limits.max_redirects + 1):
+                if current.scheme not in ("http", "https"):
+                    raise _refuse(index, f"only http and https URLs are fetched, not {current.scheme!r}")
+                host = current.raw_host.decode("ascii")
+                if not host:
+                    raise _refuse(index, "URL has no host")
+                port = current.port or (443 if current.scheme == "https" else 80)
+                ip = self.check_host(host, port, index=index)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise self._too_slow(index)
+                target = current.copy_with(host=str(ip))
+                extensions: dict[str, Any] = {"timeout": httpx.Timeout(remaining).as_dict()}
+                if current.scheme == "https":
+                    extensions["sni_hostname"] = host
+                headers = {"Host": current.netloc.decode("ascii"), "Accept-Encoding": "identity",
+                           "User-Agent": "tessera-media/1"}
+                try:
+                    fetched = self._get(client, target, headers, extensions, deadline=deadline, index=index,
+                                        accepted=accepted)
+                except httpx.TimeoutException:
+                    raise self._too_slow(index) from None
+                except httpx.HTTPError as exc:
+                    raise _refuse(index, f"could not fetch the URL ({type(exc).__name__}: {exc})") from None
+                if isinstance(fetched, Fetched):
+                    return fetched
+                try:
+                    current = current.join(fetched)
+                except (httpx.InvalidURL, ValueError) as exc:
+                    raise _refuse(index, f"invalid redirect location ({exc})") from None
+        raise _refuse(index, f"more than {limits.max_redirects} redirects")
+
+    def _too_slow(self, index: int) -> InvalidInput:
+        if self.deadline is not None and time.monotonic() >= self.deadline - 0.01:
+            return _refuse(index, "the request's deadline passed while fetching media")
+        return _refuse(index, f"fetching took longer than {self.limits.fetch_timeout_s:g}s")
+
+    def _get(self, client, target, headers, extensions, *, deadline: float, index: int,
+             accepted: frozenset[str]) -> Fetched | str:
+        """One hop: a ``Fetched`` body, or the redirect ``Location`` to check next."""
+        limits = self.limits
+        request = client.build_request("GET", target, headers=headers, extensions=extensions)
+        response = client.send(request, stream=True)
+        try:
+            if response.status_code in _REDIRECTS:
+                location = response.headers.get("location")
+                if not location:
+                    raise _refuse(index, f"redirect ({response.status_code}) without a Location")
+                return location
+            if response.status_code != 200:
+                raise _refuse(index, f"the URL answered HTTP {response.status_code}")
+            ctype = response.headers.get("content-type", "")
+            if not _type_ok(ctype, accepted):
+                raise _refuse(index, f"the URL's content type {ctype or 'none'!r} is not accepted here")
+            declared = response.headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > limits.max_bytes:
+                raise _refuse(index, f"media exceeds {limits.max_bytes} bytes ({declared} declared)")
+            body = bytearray()
+            for chunk in response.iter_bytes():  # as the network delivers (a chunk_size would buffer)
+                body += chunk
+                if len(body) > limits.max_bytes:
+                    raise _refuse(index, f"media exceeds {limits.max_bytes} bytes")
+                if time.monotonic() > deadline:
+                    raise self._too_slow(index)
+            return Fetched(bytes(body), ctype)
+        finally:
+            response.close()
+
+    # decoding ----------------------------------------------------------------------------------
+    def image(self, ref: Any, *, index: int):
+        """An RGB ``PIL.Image`` (EXIF orientation applied; alpha composed over white)."""
+        return decode_image(self.load(ref, index=index, accepted=IMAGE_TYPES), self.limits, index=index)
+
+    def audio(self, ref: Any, *, index: int, sampling_rate: int) -> np.ndarray:
+        """Mono float32 samples at ``sampling_rate``."""
+        data = self.load(ref, index=index, accepted=AUDIO_TYPES)
+        return decode_audio(data, self.limits, index=index, sampling_rate=sampling_rate)
+
+
+def decode_image(data: bytes, limits: MediaLimits, *, index: int):
+    Image = require("PIL.Image", "media")
+    ImageOps = require("PIL.ImageOps", "media")
+    try:
+        image = Image.open(io.BytesIO(data))
+        width, height = image.size
+        if width * height > limits.max_pixels:
+            raise _refuse(index, f"image has {width}x{height} pixels; the limit is {limits.max_pixels}")
+        image.load()
+        image = ImageOps.exif_transpose(image)
+    except Image.DecompressionBombError:
+        raise _refuse(index, f"image exceeds the pixel limit {limits.max_pixels}") from None
+    except (OSError, SyntaxError, ValueError) as exc:  # PIL's decode errors (UnidentifiedImageError is an OSError)
+        raise _refuse(index, f"cannot decode the image ({exc})") from None
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        image = Image.alpha_composite(background, rgba)
+    return image.convert("RGB")
+
+
+def decode_audio(data: bytes, limits: MediaLimits, *, index: int, sampling_rate: int) -> np.ndarray:
+    sf = require("soundfile", "media")
+    try:
+        info = sf.info(io.BytesIO(data))
+        if info.samplerate <= 0 or info.frames <= 0:
+            raise _refuse(index, "the audio is empty")
+        seconds = info.frames / info.samplerate
+        if seconds > limits.max_audio_seconds:
+            raise _refuse(index, f"audio lasts {seconds:.1f}s; the limit is {limits.max_audio_seconds:g}s")
+        samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
+        raise _refuse(index, f"cannot decode the audio ({exc})") from None
+    if samples.shape[0] == 0:
+        raise _refuse(index, "the audio is empty")
+    mono = samples.mean(axis=1).astype(np.float32)
+    return resample(mono, rate, sampling_rate)
+
+
+def resample(samples: np.ndarray, rate: int, target: int) -> np.ndarray:
+    """Polyphase resampling (scipy) when available, else linear interpolation."""
+    if rate == target:
+        return samples
+    try:
+        from scipy.signal import resample_poly
+    except ImportError:
+        n = int(round(samples.shape[0] * target / rate))
+        positions = np.arange(n, dtype=np.float64) * rate / target
+        return np.interp(positions, np.arange(samples.shape[0]), samples).astype(np.float32)
+    from math import gcd
+
+    g = gcd(rate, target)
+    return resample_poly(samples, target // g, rate // g).astype(np.float32)

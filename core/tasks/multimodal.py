@@ -1,0 +1,177 @@
+"""Shared machinery of the multi-modal embedding tasks (CLIP, CLAP, ColPali).
+
+- ``prepare`` (worker thread) decodes media through :class:`core.media.MediaFetcher` and runs the
+  model's own ``transformers`` processor (tokenizer, image processor, feature extractor) one item at a
+  time, so an item's arrays never depend on what it is batched with. Each item's ``cost`` is what the
+  batcher budgets: text tokens, image patches (or a ColPali page's sequence length), audio frames.
+- Batches hold one modality: ``batch_group`` keys the batcher by the request's modality, so the text
+  and image towers never share a backend call.
+- ``collate`` right-pads token sequences (positions of real tokens stay those of a single-item forward)
+  and stacks fixed-size media tensors.
+- Single-vector models return one vector per item; multi-vector models (ColPali) return per item a
+  float32 array (tokens, dim) of its real (unpadded) tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from core.config import ModelSpec
+from core.errors import BackendFailure, InvalidInput, TooLarge, require
+from core.loading import ModelInfo
+from core.tasks.embed import EmbedRequest, EmbedResult, l2_normalize
+
+
+#: 1-D per-item arrays padded to the batch's longest item (everything else is stacked as is)
+SEQUENCE_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@dataclass(slots=True)
+class MediaItem:
+    modality: str
+    arrays: dict[str, np.ndarray]  # one item, no batch axis
+    cost: int  # tokens / patches / frames: the batch budget unit
+    length: int = 0  # sequence length (tokens returned by a multi-vector model)
+
+
+class MultiModalEmbedTask:
+    name: ClassVar[str]
+    head: ClassVar[str]
+    capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings"})
+    modalities: ClassVar[tuple[str, ...]]
+    multi_vector: ClassVar[bool] = False
+    #: L2-normalize when the request does not say (CLIP/CLAP similarity is a cosine)
+    default_normalize: ClassVar[bool] = True
+    #: audio models: the rate decoded audio is resampled to (from the feature extractor's config)
+    sampling_rate: int = 0
+
+    def __init__(self, info: ModelInfo, spec: ModelSpec):
+        transformers = require("transformers", "torch")
+        self.info = info
+        self.spec = spec
+        self.processor = transformers.AutoProcessor.from_pretrained(str(info.folder))
+        self.tokenizer = self.processor.tokenizer
+        self.pad_id = int(self.tokenizer.pad_token_id or 0)
+        self.dimension = self._dimension(info.config)
+        self.max_length = self._max_length(info.config)
+
+    # model facts (overridden per family) ---------------------------------------------------------
+    def _dimension(self, config: dict) -> int | None:
+        return config.get("projection_dim")
+
+    def _max_length(self, config: dict) -> int:
+        text = config.get("text_config") or {}
+        limits = [text.get("max_position_embeddings") or 10**6, self.tokenizer.model_max_length or 10**6]
+        if self.spec.max_length:
+            limits.append(self.spec.max_length)
+        return int(min(limits))
+
+    def batch_group(self, request: EmbedRequest) -> str:
+        return request.modality
+
+    # worker thread ------------------------------------------------------------------------------
+    def prepare(self, request: EmbedRequest) -> list[MediaItem]:
+        modality = request.modality
+        if modality not in self.modalities:
+            raise InvalidInput(
+                f"modality {modality!r} is not served by this model; its modalities: {list(self.modalities)}",
+                param="modality",
+            )
+        if request.dimensions is not None:
+            if self.multi_vector:
+                raise InvalidInput("'dimensions' is not supported by multi-vector models", param="dimensions")
+            if self.dimension and request.dimensions > self.dimension:
+                raise InvalidInput(
+                    f"dimensions={request.dimensions} exceeds the model's dimension {self.dimension}",
+                    param="dimensions",
+                )
+        if modality == "text":
+            if request.token_ids is not None:
+                raise InvalidInput("token-id input is not supported by multi-modal models; send text", param="input")
+            return self.text_items(list(request.texts or []), truncate=request.truncate)
+        from core.media import MediaFetcher
+
+        fetcher = request.media if request.media is not None else MediaFetcher()
+        refs = list(request.inputs or [])
+        if modality == "image":
+            return self.image_items([fetcher.image(ref, index=i) for i, ref in enumerate(refs)])
+        rate = self.sampling_rate
+        return self.audio_items([fetcher.audio(ref, index=i, sampling_rate=rate) for i, ref in enumerate(refs)])
+
+    def tokenize(self, texts: Sequence[str], *, truncate: bool) -> list[list[int]]:
+        out = []
+        for i, text in enumerate(texts):
+            ids = list(self.tokenizer(text)["input_ids"])
+            if len(ids) > self.max_length:
+                if not truncate:
+                    raise TooLarge(
+                        f"input[{i}] has {len(ids)} tokens; the model's limit is {self.max_length}", param="input"
+                    )
+                ids = list(self.tokenizer(text, truncation=True, max_length=self.max_length)["input_ids"])
+            out.append(ids)
+        return out
+
+    def text_items(self, texts: Sequence[str], *, truncate: bool) -> list[MediaItem]:
+        items = []
+        for ids in self.tokenize(texts, truncate=truncate):
+            arr = np.asarray(ids, dtype=np.int64)
+            items.append(MediaItem("text", {"input_ids": arr, "attention_mask": np.ones_like(arr)}, len(ids), len(ids)))
+        return items
+
+    def image_items(self, images: list) -> list[MediaItem]:
+        raise InvalidInput(f"model {self.name} does not embed images", param="modality")
+
+    def audio_items(self, waves: list[np.ndarray]) -> list[MediaItem]:
+        raise InvalidInput(f"model {self.name} does not embed audio", param="modality")
+
+    # inference thread ---------------------------------------------------------------------------
+    def collate(self, items: Sequence[MediaItem]) -> Mapping[str, np.ndarray]:
+        modality = items[0].modality
+        if any(it.modality != modality for it in items):  # the batcher groups by modality; never mix towers
+            raise BackendFailure(f"internal: a batch of {self.name} mixed modalities")
+        width = max(it.length for it in items)
+        batch: dict[str, np.ndarray] = {}
+        for key in items[0].arrays:
+            if key in SEQUENCE_KEYS:
+                fill = self.pad_id if key == "input_ids" else 0
+                padded = np.full((len(items), width), fill, dtype=np.int64)
+                for row, it in enumerate(items):
+                    seq = it.arrays[key]
+                    padded[row, : seq.shape[0]] = seq
+                batch[key] = padded
+            else:
+                batch[key] = np.stack([it.arrays[key] for it in items])
+        return batch
+
+    def postprocess(self, outputs: Mapping[str, np.ndarray], items: Sequence[MediaItem]) -> list[np.ndarray]:
+        emb = outputs["embeddings"]
+        if self.multi_vector:
+            return [np.ascontiguousarray(emb[row, : it.length], dtype=np.float32) for row, it in enumerate(items)]
+        return list(np.asarray(emb, dtype=np.float32))
+
+    # the request's own ----------------------------------------------------------------------------
+    def finish(self, request: EmbedRequest, items: Sequence[MediaItem], results: list[np.ndarray]) -> EmbedResult:
+        normalize = self.default_normalize if request.normalize is None else request.normalize
+        tokens = sum(it.cost for it in items)
+        if self.multi_vector:
+            return EmbedResult([l2_normalize(v) if normalize else v for v in results], tokens)
+        vectors = np.stack(results) if results else np.zeros((0, self.dimension or 0), np.float32)
+        if request.dimensions is not None:
+            vectors = vectors[:, : request.dimensions]
+        if normalize:
+            vectors = l2_normalize(vectors)
+        return EmbedResult(np.ascontiguousarray(vectors, dtype=np.float32), tokens)
+
+    def describe(self) -> dict:
+        return {
+            "task": self.name,
+            "capabilities": sorted(self.capabilities),
+            "modalities": list(self.modalities),
+            "dimension": self.dimension,
+            "multi_vector": self.multi_vector,
+            "max_length": self.max_length,
+            "normalize": self.default_normalize,
+        }
