@@ -31,3 +31,46 @@ def embedding_list(vectors: np.ndarray, encoding_format: str, model: str, prompt
         "model": model,
         "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
     }
+
+
+def encode_multi_vector(vectors: np.ndarray, encoding_format: str):
+    """A multi-vector item: ``float`` → a list of vectors; ``base64`` → a list of base64 strings, one per
+    vector (each little-endian float32, as a single-vector ``base64`` embedding)."""
+    if encoding_format == "base64":
+        return [encode_vector(v, "base64") for v in vectors]
+    return vectors
+
+
+def multi_vector_list(items: list[np.ndarray], encoding_format: str, model: str, prompt_tokens: int) -> dict:
+    return {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": i, "embedding": encode_multi_vector(v, encoding_format)}
+            for i, v in enumerate(items)
+        ],
+        "model": model,
+        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+    }
+
+
+def usage(tokens: int) -> dict:
+    return {"prompt_tokens": tokens, "total_tokens": tokens}
+
+
+def sparse_list(vectors, model: str, prompt_tokens: int, tokens_of=None) -> dict:
+    """Sparse vectors as ``{indices, values[, tokens]}`` items in the OpenAI list shape."""
+    data = []
+    for i, v in enumerate(vectors):
+        emb = {"indices": v.indices, "values": v.values}
+        if tokens_of is not None:
+            emb["tokens"] = tokens_of(v.indices)
+        data.append({"object": "sparse_embedding", "index": i, "embedding": emb})
+    return {"object": "list", "data": data, "model": model, "usage": usage(prompt_tokens)}
+
+
+def tei_sparse(vectors) -> list:
+    """TEI's ``/embed_sparse`` shape: per input a list of ``{index, value}``."""
+    return [
+        [{"index": int(i), "value": float(x)} for i, x in zip(v.indices.tolist(), v.values.tolist())]
+        for v in vectors
+    ]

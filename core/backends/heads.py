@@ -11,6 +11,20 @@ def _hidden_states(model: Any, feeds: dict) -> dict:
     return {"last_hidden_state": model(**feeds).last_hidden_state}
 
 
+def _logits(model: Any, feeds: dict) -> dict:
+    return {"logits": model(**feeds).logits}
+
+
+def _splade(model: Any, feeds: dict) -> dict:
+    """SPLADE pooled in the framework: max over tokens of log1p(relu(logits)), padding masked. Keeps the
+    (batch, seq, vocab) logits on the device instead of copying them out."""
+    import torch
+
+    logits = model(**feeds).logits
+    mask = feeds["attention_mask"].unsqueeze(-1).to(logits.dtype)
+    return {"sparse_embedding": torch.amax(torch.log1p(torch.relu(logits)) * mask, dim=1)}
+
+
 @dataclass(frozen=True)
 class Head:
     name: str
@@ -21,6 +35,12 @@ class Head:
 
 HEADS: dict[str, Head] = {
     "encoder": Head("encoder", "AutoModel", ("last_hidden_state",), _hidden_states),
+    # cross-encoders and classifiers: (batch, num_labels)
+    "sequence-classification": Head("sequence-classification", "AutoModelForSequenceClassification", ("logits",), _logits),
+    # SPLADE: (batch, seq, vocab)
+    "masked-lm": Head("masked-lm", "AutoModelForMaskedLM", ("logits",), _logits),
+    # SPLADE, pooled: (batch, vocab)
+    "splade": Head("splade", "AutoModelForMaskedLM", ("sparse_embedding",), _splade),
 }
 
 

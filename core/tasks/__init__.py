@@ -8,6 +8,10 @@ from core.errors import InvalidInput
 
 TASKS: dict[str, tuple[str, str]] = {
     "embed": ("core.tasks.embed", "EmbedTask"),
+    "rerank": ("core.tasks.rerank", "RerankTask"),
+    "classify": ("core.tasks.classify", "ClassifyTask"),
+    "sparse": ("core.tasks.sparse", "SparseTask"),
+    "late_interaction": ("core.tasks.late_interaction", "LateInteractionTask"),
 }
 
 

@@ -10,6 +10,7 @@ import numpy as np
 from core.config import ModelSpec
 from core.errors import InvalidInput
 from core.loading import ModelInfo
+from core.tasks.prompts import resolve_prompt
 from core.tokenization import Encoded, TextTokenizer, pad_batch
 
 
@@ -20,12 +21,17 @@ class EmbedRequest:
     truncate: bool = True
     normalize: bool | None = None  # None: the model's own default
     dimensions: int | None = None
+    prompt: str | None = None  # literal prompt text, prepended to each text
+    prompt_name: str | None = None  # a named prompt of the model (config_sentence_transformers.json / spec)
+    input_type: str | None = None  # "query" | "document" (late interaction encodes them differently)
 
 
 @dataclass(slots=True)
 class EmbedResult:
     vectors: np.ndarray  # float32 (n, d)
     prompt_tokens: int
+    #: multi-vector (late interaction) output: one float32 (tokens, d) array per input; ``vectors`` is then empty
+    multi: list[np.ndarray] | None = None
 
 
 def pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
@@ -55,10 +61,11 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
 class EmbedTask:
     name: ClassVar[str] = "embed"
     head: ClassVar[str] = "encoder"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings"})
+    capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings", "tokenize"})
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
         self.info = info
+        self.spec = spec
         self.tokenizer = TextTokenizer(info.folder, info.max_length)
         self.pad_multiple = spec.pad_to_multiple_of
 
@@ -69,9 +76,19 @@ class EmbedTask:
                 f"dimensions={request.dimensions} exceeds the model's dimension {self.info.dimension}",
                 param="dimensions",
             )
+        prompt = resolve_prompt(self.info, self.spec, request.prompt, request.prompt_name)
         if request.token_ids is not None:
+            if request.prompt is not None or request.prompt_name is not None:
+                raise InvalidInput("prompts apply to text input, not to token ids", param="prompt")
             return self.tokenizer.from_ids(request.token_ids, truncate=request.truncate)
-        return self.tokenizer.encode(request.texts or [], truncate=request.truncate)
+        if prompt is None:
+            return self.tokenizer.encode(request.texts or [], truncate=request.truncate)
+        items = self.tokenizer.encode([prompt + t for t in request.texts or []], truncate=request.truncate)
+        if not self.info.include_prompt:
+            skip = self.tokenizer.prompt_length(prompt)
+            for item in items:
+                item.pool_from = min(skip, item.cost)
+        return items
 
     # inference thread
     def collate(self, items: Sequence[Encoded]) -> Mapping[str, np.ndarray]:
@@ -81,6 +98,9 @@ class EmbedTask:
         hidden = outputs["last_hidden_state"]
         lengths = np.fromiter((it.cost for it in items), dtype=np.int64, count=len(items))
         mask = (np.arange(hidden.shape[1])[None, :] < lengths[:, None]).astype(np.int64)
+        if any(it.pool_from for it in items):  # prompt tokens left out of pooling (include_prompt: false)
+            starts = np.fromiter((it.pool_from for it in items), dtype=np.int64, count=len(items))
+            mask &= (np.arange(hidden.shape[1])[None, :] >= starts[:, None]).astype(np.int64)
         pooled = pool(hidden, mask, self.info.pooling).astype(np.float32, copy=False)
         return list(pooled)
 
@@ -101,4 +121,5 @@ class EmbedTask:
             "max_length": self.info.max_length,
             "pooling": self.info.pooling,
             "normalize": self.info.normalize,
+            "prompts": sorted({**self.info.prompts, **self.spec.prompts}),
         }

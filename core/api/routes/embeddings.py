@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from core.api import protocol
-from core.api.encode import dumps, embedding_list
+from core.api.encode import dumps, embedding_list, multi_vector_list
 from core.api.routes.common import JSONBytes, deadline_for, registry_of, serve_until_disconnect, settings_of
 from core.config import Settings
 from core.errors import InvalidInput, TooLarge
@@ -42,7 +42,7 @@ def embed_request(body: protocol.EmbeddingRequest, settings: Settings) -> EmbedR
                 raise TooLarge(f"input[{i}] has {len(text)} characters; the limit is {limit}", param="input")
     return EmbedRequest(
         texts=texts, token_ids=token_ids, truncate=body.truncate, normalize=body.normalize,
-        dimensions=body.dimensions,
+        dimensions=body.dimensions, prompt=body.prompt, prompt_name=body.prompt_name, input_type=body.input_type,
     )
 
 
@@ -58,4 +58,6 @@ async def create_embeddings(body: protocol.EmbeddingRequest, request: Request) -
     engine = registry_of(request).get(body.model, "embeddings")
     task_request = embed_request(body, settings)
     result = await serve_until_disconnect(request, engine(task_request, deadline=deadline_for(request, settings)))
+    if result.multi is not None:  # multi-vector (late interaction): a list of vectors per input
+        return JSONBytes(dumps(multi_vector_list(result.multi, body.encoding_format, engine.name, result.prompt_tokens)))
     return JSONBytes(dumps(embedding_list(result.vectors, body.encoding_format, engine.name, result.prompt_tokens)))
