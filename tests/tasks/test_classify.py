@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from core.loading import detect_task, read_model_info
 from core.tasks.classify import ClassifyRequest

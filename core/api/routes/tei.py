@@ -29,6 +29,16 @@ def _engine(request: Request, capability: str):
     return registry_of(request).get(request.query_params.get("model"), capability)
 
 
+def _first_engine(request: Request, capability: str):
+    """``/tokenize`` and ``/info``: every text model has them; without ``?model=`` the first served model
+    answers (a TEI process serves one)."""
+    registry = registry_of(request)
+    name = request.query_params.get("model")
+    if name is None and registry.engines:
+        name = next(iter(registry.engines))
+    return registry.get(name, capability)
+
+
 async def _run(request: Request, engine, task_request):
     settings = settings_of(request)
     return await serve_until_disconnect(request, engine(task_request, deadline=deadline_for(request, settings)))
@@ -122,7 +132,7 @@ async def tei_rerank(body: protocol.RerankRequest, request: Request) -> Response
 
 @router.post("/tokenize", summary="TEI: tokenize", tags=["tei"])
 async def tei_tokenize(body: protocol.TeiTokenizeRequest, request: Request) -> Response:
-    engine = _engine(request, "tokenize")
+    engine = _first_engine(request, "tokenize")
     texts = text_list(body.inputs, "inputs", settings_of(request))
     pieces = await asyncio.to_thread(engine.task.tokenizer.pieces, texts, add_special_tokens=body.add_special_tokens)
     return JSONBytes(dumps([
@@ -145,14 +155,7 @@ def _model_type(engine) -> dict:
 
 @router.get("/info", summary="TEI: model and server information", tags=["tei"])
 async def tei_info(request: Request) -> Response:
-    registry = registry_of(request)
-    name = request.query_params.get("model")
-    if name is None:
-        if not registry.engines:
-            raise InvalidInput("no model is served")
-        engine = next(iter(registry.engines.values()))
-    else:
-        engine = registry.get(name, "tokenize")
+    engine = _first_engine(request, "tokenize")
     settings = settings_of(request)
     spec = engine.spec
     return JSONBytes(dumps({
