@@ -37,8 +37,8 @@ class EmbedResult:
 def pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
     """Pool token vectors (batch, seq, dim) under an attention mask, as sentence-transformers' Pooling."""
     m = mask[:, :, None].astype(hidden.dtype)
-    if mode == "cls":
-        return hidden[:, 0]
+    if mode == "cls":  # the first pooled token (not position 0 when a prompt is left out of pooling)
+        return hidden[np.arange(hidden.shape[0]), mask.argmax(axis=1)]
     if mode == "lasttoken":
         last = mask.sum(axis=1).astype(np.int64) - 1
         return hidden[np.arange(hidden.shape[0]), np.maximum(last, 0)]

@@ -115,3 +115,12 @@ def test_real_minilm_token_vectors_rank_relevant_passage_first(minilm_dir):
     scores = engine.run_sync(ScoreRequest(QUERY, docs)).scores
     assert int(np.argmax(scores)) == 1
     assert scores[1] > 1.2 * max(scores[0], scores[2]), scores
+
+
+def test_onnx_backend_serves_late_interaction(minilm_dir, minilm_onnx_dir):
+    """The task only needs the encoder head, so the ONNX export serves it too (same scores as torch)."""
+    docs = ["Einstein developed the theory of relativity.", "The cat sat on the mat."]
+    torch_scores = load_engine(minilm_dir, task="late_interaction").run_sync(ScoreRequest(QUERY, docs)).scores
+    onnx_engine = load_engine(minilm_onnx_dir, task="late_interaction", backend="onnx")
+    assert onnx_engine.backend.name == "onnx"
+    np.testing.assert_allclose(onnx_engine.run_sync(ScoreRequest(QUERY, docs)).scores, torch_scores, atol=2e-3)

@@ -31,8 +31,10 @@ async def classify(body: protocol.ClassifyRequest, request: Request) -> Response
     labels = engine.task.labels
     columns = list(range(len(labels)))
     if body.labels is not None:
+        if not body.labels:
+            raise InvalidInput("'labels' must not be empty", param="labels")
         unknown = [lab for lab in body.labels if lab not in labels]
-        if unknown or not body.labels:
+        if unknown:
             raise InvalidInput(f"unknown labels {unknown}; this model's labels: {labels}", param="labels",
                                code="unknown_label")
         columns = [labels.index(lab) for lab in dict.fromkeys(body.labels)]
