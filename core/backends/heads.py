@@ -21,8 +21,10 @@ def _splade(model: Any, feeds: dict) -> dict:
     import torch
 
     logits = model(**feeds).logits
-    mask = feeds["attention_mask"].unsqueeze(-1).to(logits.dtype)
-    return {"sparse_embedding": torch.amax(torch.log1p(torch.relu(logits)) * mask, dim=1)}
+    # log1p(relu(.)) is monotonic: take the max over the sequence first, then activate (batch, vocab) only
+    padding = (feeds["attention_mask"] == 0).unsqueeze(-1)
+    best = logits.masked_fill_(padding, float("-inf")).amax(dim=1)
+    return {"sparse_embedding": torch.log1p(torch.relu(best))}
 
 
 @dataclass(frozen=True)

@@ -134,7 +134,9 @@ class LateInteractionTask:
         if prefix and prefix_id is None:  # not a single token: prepend it as text
             texts = [prefix + t for t in texts]
         room = limit - (1 if prefix_id is not None else 0)
-        encoded = self.tokenizer.encode(texts, truncate=False)
+        # truncate=True caps at the model's max_length (>= room), the cut to room follows; truncate=False
+        # refuses input over max_length here and over room below
+        encoded = self.tokenizer.encode(texts, truncate=truncate)
         items = []
         for i, enc in enumerate(encoded):
             ids = enc.ids

@@ -20,6 +20,7 @@ DOCS = [
     "Albert Einstein published the theory of relativity, in 1905 and 1915!",
     "Bananas are rich in potassium; they grow in tropical climates.",
     "A very long document " + "with many, many words " * 40,
+    "Longer than the model's max length: " + "relativity and gravitation " * 300,
 ]
 
 
@@ -81,6 +82,7 @@ def test_document_vectors_match(engine, reference):
         assert vecs.shape == ref.shape and vecs.shape[1] == 16
         np.testing.assert_allclose(vecs, ref, atol=1e-5)
     assert result.multi[2].shape[0] < 64  # document_length cut, punctuation removed
+    assert result.multi[3].shape[0] == 64 - 2  # cut to document_length; "'" and ':' skipped
 
 
 def test_query_vectors_match(engine, reference):
@@ -95,6 +97,15 @@ def test_maxsim_scores_match(engine, reference):
     q = reference.encode(QUERY, True)
     ref = [reference.maxsim(q, reference.encode(d, False)) for d in DOCS]
     np.testing.assert_allclose(scores, ref, atol=1e-4)
+
+
+def test_too_long_without_truncation(engine):
+    from core.errors import TooLarge
+
+    with pytest.raises(TooLarge):
+        engine.run_sync(EmbedRequest(texts=[DOCS[3]], truncate=False))
+    with pytest.raises(TooLarge):  # under the model's 512 but over document_length
+        engine.run_sync(EmbedRequest(texts=[DOCS[2]], truncate=False))
 
 
 def test_bad_input_type(engine):
