@@ -18,7 +18,7 @@ from core.api.encode import dumps, tei_sparse
 from core.api.routes.common import JSONBytes, deadline_for, registry_of, serve_until_disconnect, settings_of
 from core.api.routes.inputs import check_texts, text_list
 from core.errors import InvalidInput
-from core.tasks.classify import ClassifyRequest
+from core.tasks.classify import ClassifyRequest, labels_of
 from core.tasks.embed import EmbedRequest
 from core.tasks.rerank import RerankRequest
 
@@ -143,11 +143,11 @@ async def tei_tokenize(body: protocol.TeiTokenizeRequest, request: Request) -> R
 
 def _model_type(engine) -> dict:
     task = engine.task
-    if task.name == "rerank":
-        return {"reranker": {"id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}}}
-    if task.name == "classify":
-        return {"classifier": {"id2label": {str(i): lab for i, lab in enumerate(task.labels)},
-                               "label2id": {lab: i for i, lab in enumerate(task.labels)}}}
+    if task.name in ("rerank", "classify"):
+        labels = labels_of(task.info.config)
+        kind = "reranker" if task.name == "rerank" else "classifier"
+        return {kind: {"id2label": {str(i): lab for i, lab in enumerate(labels)},
+                       "label2id": {lab: i for i, lab in enumerate(labels)}}}
     if task.name == "sparse":
         return {"embedding": {"pooling": "splade"}}
     return {"embedding": {"pooling": getattr(task.info, "pooling", "mean")}}
