@@ -24,6 +24,8 @@ class ModelInfo:
     dimension: int | None = None
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
+    #: Pooling's include_prompt (sentence-transformers): false leaves prompt tokens out of pooling
+    include_prompt: bool = True
 
     @property
     def model_type(self) -> str:
@@ -60,11 +62,14 @@ def read_model_info(folder: Path, *, max_length: int | None = None) -> ModelInfo
     if not config:
         raise InvalidInput(f"{folder} has no config.json: not a model folder")
     pooling, normalize = "cls", False
+    include_prompt = True
     modules = json.loads((folder / "modules.json").read_text()) if (folder / "modules.json").exists() else []
     for module in modules:
         kind = str(module.get("type", ""))
         if kind.endswith("Pooling"):
-            pooling = _pooling_mode(_read_json(folder / module.get("path", "") / "config.json"))
+            pooling_cfg = _read_json(folder / module.get("path", "") / "config.json")
+            pooling = _pooling_mode(pooling_cfg)
+            include_prompt = bool(pooling_cfg.get("include_prompt", True))
         elif kind.endswith("Normalize"):
             normalize = True
     if not modules:  # a plain transformers encoder: mean pooling is the common choice for embeddings
@@ -85,6 +90,7 @@ def read_model_info(folder: Path, *, max_length: int | None = None) -> ModelInfo
         dimension=config.get("hidden_size") or config.get("d_model"),
         prompts=dict(st_model_cfg.get("prompts") or {}),
         default_prompt_name=st_model_cfg.get("default_prompt_name"),
+        include_prompt=include_prompt,
     )
 
 
@@ -97,9 +103,39 @@ MULTIMODAL_ARCHITECTURES = {
 }
 
 
+def num_labels(config: dict[str, Any]) -> int:
+    """Labels of a sequence-classification config (transformers derives num_labels from id2label)."""
+    if config.get("id2label"):
+        return len(config["id2label"])
+    return int(config.get("num_labels", 2))
+
+
+def is_late_interaction(folder: Path) -> bool:
+    """A ColBERT-style folder: PyLate / sentence-transformers layout whose config_sentence_transformers.json
+    names a ColBERT model or carries query/document lengths (see docs/text-tasks.md)."""
+    st_cfg = _read_json(Path(folder) / "config_sentence_transformers.json")
+    return st_cfg.get("model_type") == "ColBERT" or ("query_length" in st_cfg and "document_length" in st_cfg)
+
+
 def detect_task(info: ModelInfo) -> str:
-    """The task a folder serves when its spec says ``task: auto``."""
+    """The task a folder serves when its spec says ``task: auto`` (read from config.json, as Infinity does):
+    ``*ForSequenceClassification`` with one label (or a sentence-transformers CrossEncoder) → rerank, with
+    more labels → classify; ``*ForMaskedLM`` without a pooling module → sparse (SPLADE); a ColBERT folder
+    → late_interaction; CLIP/SigLIP/CLAP/ColPali architectures → their multi-modal task; anything else → embed."""
     for arch in info.architectures:
         if arch in MULTIMODAL_ARCHITECTURES:
             return MULTIMODAL_ARCHITECTURES[arch]
+    if is_late_interaction(info.folder):
+        return "late_interaction"
+    if any(a.endswith("ForSequenceClassification") for a in info.architectures):
+        return "rerank" if num_labels(info.config) == 1 else "classify"
+    st_cfg = _read_json(info.folder / "config_sentence_transformers.json")
+    if st_cfg.get("model_type") == "CrossEncoder":
+        return "rerank" if num_labels(info.config) == 1 else "classify"
+    if st_cfg.get("model_type") == "SparseEncoder":
+        return "sparse"
+    if any(a.endswith("ForMaskedLM") for a in info.architectures):
+        modules = _read_json(info.folder / "modules.json") if (info.folder / "modules.json").exists() else []
+        if not any(str(m.get("type", "")).endswith("Pooling") for m in modules):
+            return "sparse"
     return "embed"

@@ -18,6 +18,8 @@ class Encoded:
 
     ids: np.ndarray  # int64 (n,)
     type_ids: np.ndarray  # int64 (n,)
+    #: leading tokens left out of pooling (a prompt, when the model's Pooling has include_prompt=false)
+    pool_from: int = 0
 
     @property
     def cost(self) -> int:
@@ -96,6 +98,77 @@ class TextTokenizer:
     def tokenize(self, texts: Sequence[str]) -> list[tuple[list[int], list[str]]]:
         encodings = self._truncating.encode_batch(list(texts))
         return [(list(e.ids), list(e.tokens)) for e in encodings]
+
+    def pieces(self, texts: Sequence[str], *, add_special_tokens: bool = True) -> list[list[Piece]]:
+        """Untruncated tokens with their ids, character offsets and special flags (``/v1/tokenize``)."""
+        encodings = self._full.encode_batch(list(texts), add_special_tokens=add_special_tokens)
+        return [
+            [Piece(i, t, bool(s), a, b) for i, t, s, (a, b) in zip(e.ids, e.tokens, e.special_tokens_mask, e.offsets)]
+            for e in encodings
+        ]
+
+    def prompt_length(self, prompt: str) -> int:
+        """Tokens a prompt occupies at the start of ``prompt + text``, as sentence-transformers counts them:
+        the prompt tokenized alone with special tokens, less a trailing special token."""
+        enc = self._full.encode(prompt)
+        n = len(enc.ids)
+        if n and enc.special_tokens_mask[-1]:
+            n -= 1
+        return n
+
+    def encode_pairs(
+        self, pairs: Sequence[tuple[str, str]], *, truncate: bool = True, max_second: int | None = None
+    ) -> list[Encoded]:
+        """Tokenize (query, document) pairs for a cross-encoder. Over-long pairs lose document tokens first,
+        then query tokens; ``truncate=False`` refuses them instead. ``max_second`` first clips every document
+        to that many tokens (Cohere's ``max_tokens_per_doc``)."""
+        if not pairs:
+            return []
+        specials = self._full.num_special_tokens_to_add(True)
+        budget = self.max_length - specials
+        firsts = self._full.encode_batch([q for q, _ in pairs], add_special_tokens=False)
+        seconds = self._full.encode_batch([d for _, d in pairs], add_special_tokens=False)
+        out = []
+        for i, (a, b) in enumerate(zip(firsts, seconds)):
+            if max_second is not None and len(b.ids) > max_second:
+                b.truncate(max_second)
+            over = len(a.ids) + len(b.ids) - budget
+            if over > 0:
+                if not truncate:
+                    raise TooLarge(
+                        f"pair {i} has {len(a.ids) + len(b.ids) + specials} tokens, more than the model's maximum "
+                        f"of {self.max_length}; send shorter text or set truncate=true",
+                        param="documents", code="input_too_long",
+                    )
+                keep_b = max(len(b.ids) - over, 0)
+                over -= len(b.ids) - keep_b
+                b.truncate(keep_b)
+                if over > 0:
+                    a.truncate(max(len(a.ids) - over, 0))
+            enc = self._full.post_process(a, b, add_special_tokens=True)
+            out.append(Encoded(np.asarray(enc.ids, dtype=np.int64), np.asarray(enc.type_ids, dtype=np.int64)))
+        return out
+
+    def id_to_token(self, token_id: int) -> str | None:
+        return self._full.id_to_token(int(token_id))
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._full.token_to_id(token)
+
+    @property
+    def special_ids(self) -> frozenset[int]:
+        return frozenset(
+            tid for tid, tok in self._full.get_added_tokens_decoder().items() if getattr(tok, "special", False)
+        )
+
+
+@dataclass(slots=True, frozen=True)
+class Piece:
+    id: int
+    text: str
+    special: bool
+    start: int
+    stop: int
 
 
 def pad_batch(items: Sequence[Encoded], pad_id: int, multiple_of: int = 1) -> dict[str, np.ndarray]:

@@ -28,9 +28,13 @@ def main() -> int:
                              "accurate (feed-forward kept fp32) → onnx/model_int8_accurate.onnx; repeatable")
     parser.add_argument("--no-optimize", dest="optimize", action="store_false", help="skip the fusions")
     parser.add_argument("--opset", type=int, default=17)
+    parser.add_argument("--head", default=None,
+                        help="model head to export (encoder, sequence-classification, splade, masked-lm); "
+                             "default: the head of the folder's detected task")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    out = export_folder(args.model_dir, args.out_dir, optimize=args.optimize, int8=tuple(args.int8), opset=args.opset)
+    out = export_folder(args.model_dir, args.out_dir, optimize=args.optimize, int8=tuple(args.int8),
+                        opset=args.opset, head=args.head)
     print(f"wrote {out}")
     return 0
 

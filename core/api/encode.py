@@ -32,5 +32,28 @@ def embedding_list(vectors: np.ndarray, encoding_format: str, model: str, prompt
             for i, v in enumerate(vectors)
         ],
         "model": model,
-        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+        "usage": usage(prompt_tokens),
     }
+
+
+def usage(tokens: int) -> dict:
+    return {"prompt_tokens": tokens, "total_tokens": tokens}
+
+
+def sparse_list(vectors, model: str, prompt_tokens: int, tokens_of=None) -> dict:
+    """Sparse vectors as ``{indices, values[, tokens]}`` items in the OpenAI list shape."""
+    data = []
+    for i, v in enumerate(vectors):
+        emb = {"indices": v.indices, "values": v.values}
+        if tokens_of is not None:
+            emb["tokens"] = tokens_of(v.indices)
+        data.append({"object": "sparse_embedding", "index": i, "embedding": emb})
+    return {"object": "list", "data": data, "model": model, "usage": usage(prompt_tokens)}
+
+
+def tei_sparse(vectors) -> list:
+    """TEI's ``/embed_sparse`` shape: per input a list of ``{index, value}``."""
+    return [
+        [{"index": int(i), "value": float(x)} for i, x in zip(v.indices.tolist(), v.values.tolist())]
+        for v in vectors
+    ]

@@ -5,7 +5,7 @@ Unknown request fields are ignored (peers' clients send extras); known fields ar
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,6 +29,11 @@ class EmbeddingRequest(_Request):
     modality: Literal["text", "image", "audio"] = Field(
         default="text",
         description="what 'input' holds: text, or image/audio references (data: URIs or http(s) URLs)",
+    )
+    prompt: str | None = Field(default=None, description="literal prompt prepended to each input (wins over prompt_name)")
+    prompt_name: str | None = Field(default=None, description="a named prompt of the model (see /v1/models 'prompts')")
+    input_type: str | None = Field(
+        default=None, description="multi-vector models: 'query' or 'document' (default); Cohere's search_query/search_document too"
     )
 
 
@@ -87,3 +92,183 @@ ERROR_RESPONSES = {
         504: "deadline passed",
     }.items()
 }
+
+
+# --- text tasks: rerank, classify, sparse, score, tokenize ------------------------------------------------
+
+Document = Union[str, dict[str, Any]]
+
+
+class RerankRequest(_Request):
+    """``/v1/rerank`` and ``/rerank`` (Infinity / Cohere v1 shape). ``/rerank`` with ``texts`` instead of
+    ``documents`` is TEI's shape (see :class:`TeiRerankRequest`)."""
+
+    query: str
+    documents: list[Document] | None = Field(default=None, description="strings, or objects with a 'text' field")
+    texts: list[str] | None = Field(default=None, description="TEI's name for the documents (on /rerank)")
+    model: str | None = None
+    top_n: int | None = Field(default=None, description="return the best N (default: all)")
+    return_documents: bool = False
+    raw_scores: bool = Field(default=False, description="logits instead of the model's activation (sigmoid)")
+    truncate: bool = Field(default=True, description="truncate each pair (document side first); false: 413")
+    # TEI fields, used when 'texts' is sent
+    return_text: bool = False
+    max_tokens_per_doc: int | None = Field(default=None, description="Cohere: clip each document to N tokens")
+
+
+class RerankResult(BaseModel):
+    index: int
+    relevance_score: float
+    document: Document | None = None
+
+
+class RerankResponse(BaseModel):
+    object: Literal["rerank"] = "rerank"
+    id: str
+    created: int
+    results: list[RerankResult]
+    model: str
+    usage: Usage
+
+
+class TeiRerankRequest(_Request):
+    query: str
+    texts: list[str]
+    raw_scores: bool = False
+    return_text: bool = False
+    truncate: bool = True
+
+
+class CohereRerankRequest(_Request):
+    """Cohere v2 ``/v2/rerank``."""
+
+    model: str | None = None
+    query: str
+    documents: list[Document]
+    top_n: int | None = None
+    max_tokens_per_doc: int | None = None
+    return_documents: bool = False
+
+
+class ClassifyRequest(_Request):
+    """``/v1/classify`` (Infinity shape, plus ``top_k`` and ``labels``)."""
+
+    input: str | list[str]
+    model: str | None = None
+    raw_scores: bool = Field(default=False, description="logits instead of softmax/sigmoid")
+    top_k: int | None = Field(default=None, description="keep the N best labels per input (default: all)")
+    labels: list[str] | None = Field(default=None, description="report only these labels (must be the model's)")
+    truncate: bool = True
+
+
+class LabelScore(BaseModel):
+    label: str
+    score: float
+
+
+class ClassifyResponse(BaseModel):
+    object: Literal["classify"] = "classify"
+    id: str
+    created: int
+    data: list[list[LabelScore]]
+    model: str
+    usage: Usage
+
+
+class SparseEmbeddingRequest(_Request):
+    """``/v1/embeddings/sparse``: the OpenAI embeddings request, answered with sparse vectors."""
+
+    input: EmbeddingInput
+    model: str | None = None
+    truncate: bool = True
+    return_tokens: bool = Field(default=False, description="also return the vocabulary token of each index")
+    user: str | None = None
+
+
+class SparseVector(BaseModel):
+    indices: list[int]
+    values: list[float]
+    tokens: list[str] | None = None
+
+
+class SparseEmbedding(BaseModel):
+    object: Literal["sparse_embedding"] = "sparse_embedding"
+    index: int
+    embedding: SparseVector
+
+
+class SparseEmbeddingResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[SparseEmbedding]
+    model: str
+    usage: Usage
+
+
+class ScoreRequest(_Request):
+    """``/v1/score``: late-interaction (MaxSim) scores of documents against a query, in input order."""
+
+    query: str
+    documents: list[Document]
+    model: str | None = None
+    truncate: bool = True
+
+
+class Score(BaseModel):
+    object: Literal["score"] = "score"
+    index: int
+    score: float
+
+
+class ScoreResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[Score]
+    model: str
+    usage: Usage
+
+
+class TokenizeRequest(_Request):
+    input: str | list[str]
+    model: str | None = None
+    add_special_tokens: bool = True
+
+
+class Tokens(BaseModel):
+    object: Literal["tokens"] = "tokens"
+    index: int
+    ids: list[int]
+    tokens: list[str]
+    count: int
+
+
+class TokenizeResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[Tokens]
+    model: str
+    max_length: int
+    usage: Usage
+
+
+# --- TEI native routes ------------------------------------------------------------------------------------
+
+class TeiEmbedRequest(_Request):
+    inputs: str | list[str]
+    normalize: bool = True
+    truncate: bool = True
+    prompt_name: str | None = None
+    dimensions: int | None = Field(default=None, gt=0)
+
+
+class TeiSparseRequest(_Request):
+    inputs: str | list[str]
+    truncate: bool = True
+
+
+class TeiPredictRequest(_Request):
+    inputs: str | list[str | list[str]]
+    raw_scores: bool = False
+    truncate: bool = True
+
+
+class TeiTokenizeRequest(_Request):
+    inputs: str | list[str]
+    add_special_tokens: bool = True

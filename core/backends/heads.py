@@ -34,6 +34,20 @@ def _towers(model: Any, feeds: dict) -> dict:
 def _multi_vector(model: Any, feeds: dict) -> dict:
     """ColPali: one projected, L2-normalized vector per token (page-image patches or query tokens)."""
     return {"embeddings": model(**feeds).embeddings}
+def _logits(model: Any, feeds: dict) -> dict:
+    return {"logits": model(**feeds).logits}
+
+
+def _splade(model: Any, feeds: dict) -> dict:
+    """SPLADE pooled in the framework: max over tokens of log1p(relu(logits)), padding masked. Keeps the
+    (batch, seq, vocab) logits on the device instead of copying them out."""
+    import torch
+
+    logits = model(**feeds).logits
+    # log1p(relu(.)) is monotonic: take the max over the sequence first, then activate (batch, vocab) only
+    padding = (feeds["attention_mask"] == 0).unsqueeze(-1)
+    best = logits.masked_fill_(padding, float("-inf")).amax(dim=1)
+    return {"sparse_embedding": torch.log1p(torch.relu(best))}
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,12 @@ HEADS: dict[str, Head] = {
     # token_type_ids reach PaliGemma through **kwargs: all-zero = bidirectional prefix attention
     "colpali": Head("colpali", "ColPaliForRetrieval", ("embeddings",), _multi_vector,
                     ("input_ids", "attention_mask", "token_type_ids", "pixel_values")),
+    # cross-encoders and classifiers: (batch, num_labels)
+    "sequence-classification": Head("sequence-classification", "AutoModelForSequenceClassification", ("logits",), _logits),
+    # SPLADE: (batch, seq, vocab)
+    "masked-lm": Head("masked-lm", "AutoModelForMaskedLM", ("logits",), _logits),
+    # SPLADE, pooled: (batch, vocab)
+    "splade": Head("splade", "AutoModelForMaskedLM", ("sparse_embedding",), _splade),
 }
 
 

@@ -31,10 +31,17 @@ def copy_model_files(src: Path, dst: Path) -> None:
         shutil.copy2(path, target)
 
 
-def export_encoder(src: Path, out_file: Path, *, opset: int = 17) -> None:
+def export_head(src: Path, out_file: Path, head_name: str, *, opset: int = 17) -> None:
+    """Export any head of ``core/backends/heads.py`` (its transformers class and torch call), with the head's
+    output names, so the ONNX backend serves it: e.g. ``sequence-classification`` (rerank, classify) →
+    ``logits``; ``splade`` → ``sparse_embedding`` (pooled in the graph)."""
+    from core.backends.heads import get_head
+
     torch = require("torch", "export")
     transformers = require("transformers", "export")
-    model = transformers.AutoModel.from_pretrained(str(src), dtype=torch.float32, attn_implementation="eager")
+    head = get_head(head_name)
+    auto = getattr(transformers, head.auto_class)
+    model = auto.from_pretrained(str(src), dtype=torch.float32, attn_implementation="eager")
     model.eval()  # dropout must not land in the graph
     import inspect
 
@@ -44,27 +51,44 @@ def export_encoder(src: Path, out_file: Path, *, opset: int = 17) -> None:
     if "token_type_ids" in sample:
         sample["token_type_ids"] = torch.zeros((2, 8), dtype=torch.long)
 
-    class Encoder(torch.nn.Module):
+    class Wrapped(torch.nn.Module):
         def __init__(self, inner):
             super().__init__()
             self.inner = inner
 
         def forward(self, *args):
-            return self.inner(**dict(zip(names, args))).last_hidden_state
+            out = head.call(self.inner, dict(zip(names, args)))
+            return tuple(out[name] for name in head.outputs)
 
+    wrapped = Wrapped(model)
+    with torch.inference_mode():
+        probe = wrapped(*(sample[n] for n in names))
+    dynamic = {n: {0: "batch", 1: "sequence"} for n in names}
+    for name, value in zip(head.outputs, probe):  # (batch, labels) or (batch, vocab); (batch, seq, …) per token
+        dynamic[name] = {0: "batch", 1: "sequence"} if value.dim() == 3 else {0: "batch"}
     out_file.parent.mkdir(parents=True, exist_ok=True)
     with torch.inference_mode():
         torch.onnx.export(
-            Encoder(model),
+            wrapped,
             tuple(sample[n] for n in names),
             str(out_file),
             input_names=names,
-            output_names=["last_hidden_state"],
-            dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in names},
-                          "last_hidden_state": {0: "batch", 1: "sequence"}},
+            output_names=list(head.outputs),
+            dynamic_axes=dynamic,
             opset_version=opset,
             dynamo=False,
         )
+
+
+def head_for_folder(src: Path) -> str:
+    """The head the folder's detected task runs (``encoder`` for embedding models)."""
+    import importlib
+
+    from core.loading import detect_task, read_model_info
+    from core.tasks import TASKS
+
+    module, cls = TASKS[detect_task(read_model_info(src))]
+    return getattr(importlib.import_module(module), cls).head
 
 
 def optimize_transformer(path: Path, config: dict) -> bool:
@@ -121,15 +145,17 @@ def _is_feed_forward(node_name: str) -> bool:
 
 
 def export_folder(
-    src: Path, dst: Path, *, optimize: bool = True, int8: tuple[str, ...] | bool = (), opset: int = 17
+    src: Path, dst: Path, *, optimize: bool = True, int8: tuple[str, ...] | bool = (), opset: int = 17,
+    head: str | None = None,
 ) -> Path:
     """Write ``dst`` with ``onnx/model.onnx``; ``int8`` names the int8 flavours to add
-    (``fast`` → ``onnx/model_int8.onnx``, ``accurate`` → ``onnx/model_int8_accurate.onnx``)."""
+    (``fast`` → ``onnx/model_int8.onnx``, ``accurate`` → ``onnx/model_int8_accurate.onnx``);
+    ``head``: which model head to export (default: the head of the folder's detected task)."""
     src, dst = Path(src), Path(dst)
     dst.mkdir(parents=True, exist_ok=True)
     copy_model_files(src, dst)
     onnx_file = dst / "onnx" / "model.onnx"
-    export_encoder(src, onnx_file, opset=opset)
+    export_head(src, onnx_file, head or head_for_folder(src), opset=opset)
     config = json.loads((src / "config.json").read_text())
     modes = ("fast",) if int8 is True else tuple(int8 or ())
     for mode in modes:  # quantize the plain graph: the quantizer cannot type the fused contrib ops

@@ -11,6 +11,10 @@ TASKS: dict[str, tuple[str, str]] = {
     "clip": ("core.tasks.clip", "ClipTask"),
     "clap": ("core.tasks.clap", "ClapTask"),
     "colpali": ("core.tasks.colpali", "ColPaliTask"),
+    "rerank": ("core.tasks.rerank", "RerankTask"),
+    "classify": ("core.tasks.classify", "ClassifyTask"),
+    "sparse": ("core.tasks.sparse", "SparseTask"),
+    "late_interaction": ("core.tasks.late_interaction", "LateInteractionTask"),
 }
 
 

@@ -10,6 +10,7 @@ import numpy as np
 from core.config import ModelSpec
 from core.errors import InvalidInput
 from core.loading import ModelInfo
+from core.tasks.prompts import resolve_prompt
 from core.tokenization import Encoded, TextTokenizer, pad_batch
 
 
@@ -23,19 +24,23 @@ class EmbedRequest:
     modality: str = "text"  # text | image | audio
     inputs: list[str] | None = None  # media references (data: URIs, http(s) URLs) for image/audio
     media: Any = None  # core.media.MediaFetcher built from the settings at the edge (None: safe defaults)
+    prompt: str | None = None  # literal prompt text, prepended to each text
+    prompt_name: str | None = None  # a named prompt of the model (config_sentence_transformers.json / spec)
+    input_type: str | None = None  # "query" | "document" (late interaction encodes them differently)
 
 
 @dataclass(slots=True)
 class EmbedResult:
-    vectors: np.ndarray | list[np.ndarray]  # float32 (n, d); multi-vector models: n arrays (tokens_i, d)
+    #: float32 (n, d); multi-vector models (late interaction, ColPali): a list of n arrays (tokens_i, d)
+    vectors: np.ndarray | list[np.ndarray]
     prompt_tokens: int
 
 
 def pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
     """Pool token vectors (batch, seq, dim) under an attention mask, as sentence-transformers' Pooling."""
     m = mask[:, :, None].astype(hidden.dtype)
-    if mode == "cls":
-        return hidden[:, 0]
+    if mode == "cls":  # the first pooled token (not position 0 when a prompt is left out of pooling)
+        return hidden[np.arange(hidden.shape[0]), mask.argmax(axis=1)]
     if mode == "lasttoken":
         last = mask.sum(axis=1).astype(np.int64) - 1
         return hidden[np.arange(hidden.shape[0]), np.maximum(last, 0)]
@@ -58,11 +63,12 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
 class EmbedTask:
     name: ClassVar[str] = "embed"
     head: ClassVar[str] = "encoder"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings"})
+    capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings", "tokenize"})
     modalities: ClassVar[tuple[str, ...]] = ("text",)
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
         self.info = info
+        self.spec = spec
         self.tokenizer = TextTokenizer(info.folder, info.max_length)
         self.pad_multiple = spec.pad_to_multiple_of
 
@@ -78,9 +84,19 @@ class EmbedTask:
                 f"dimensions={request.dimensions} exceeds the model's dimension {self.info.dimension}",
                 param="dimensions",
             )
+        prompt = resolve_prompt(self.info, self.spec, request.prompt, request.prompt_name)
         if request.token_ids is not None:
+            if request.prompt is not None or request.prompt_name is not None:
+                raise InvalidInput("prompts apply to text input, not to token ids", param="prompt")
             return self.tokenizer.from_ids(request.token_ids, truncate=request.truncate)
-        return self.tokenizer.encode(request.texts or [], truncate=request.truncate)
+        if prompt is None:
+            return self.tokenizer.encode(request.texts or [], truncate=request.truncate)
+        items = self.tokenizer.encode([prompt + t for t in request.texts or []], truncate=request.truncate)
+        if not self.info.include_prompt:
+            skip = self.tokenizer.prompt_length(prompt)
+            for item in items:
+                item.pool_from = min(skip, item.cost)
+        return items
 
     # inference thread
     def collate(self, items: Sequence[Encoded]) -> Mapping[str, np.ndarray]:
@@ -90,6 +106,9 @@ class EmbedTask:
         hidden = outputs["last_hidden_state"]
         lengths = np.fromiter((it.cost for it in items), dtype=np.int64, count=len(items))
         mask = (np.arange(hidden.shape[1])[None, :] < lengths[:, None]).astype(np.int64)
+        if any(it.pool_from for it in items):  # prompt tokens left out of pooling (include_prompt: false)
+            starts = np.fromiter((it.pool_from for it in items), dtype=np.int64, count=len(items))
+            mask &= (np.arange(hidden.shape[1])[None, :] >= starts[:, None]).astype(np.int64)
         pooled = pool(hidden, mask, self.info.pooling).astype(np.float32, copy=False)
         return list(pooled)
 
@@ -110,4 +129,5 @@ class EmbedTask:
             "max_length": self.info.max_length,
             "pooling": self.info.pooling,
             "normalize": self.info.normalize,
+            "prompts": sorted({**self.info.prompts, **self.spec.prompts}),
         }

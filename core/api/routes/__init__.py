@@ -3,7 +3,8 @@
 from fastapi import APIRouter
 
 from core.api.routes import embeddings, system
+from core.api.routes import classify, cohere, rerank, score, sparse, tei, tokenize
 
 router = APIRouter()
-for module in (embeddings, system):
+for module in (embeddings, system, sparse, rerank, cohere, classify, score, tokenize, tei):
     router.include_router(module.router)

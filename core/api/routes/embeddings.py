@@ -66,7 +66,7 @@ def embed_request(body: protocol.EmbeddingRequest, settings: Settings, deadline:
                 raise TooLarge(f"input[{i}] has {len(text)} characters; the limit is {limit}", param="input")
     return EmbedRequest(
         texts=texts, token_ids=token_ids, truncate=body.truncate, normalize=body.normalize,
-        dimensions=body.dimensions,
+        dimensions=body.dimensions, prompt=body.prompt, prompt_name=body.prompt_name, input_type=body.input_type,
     )
 
 

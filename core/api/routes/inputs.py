@@ -1,0 +1,56 @@
+"""Input checks shared by the text-task routes (not a router): document lists, limits, top-n."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Sequence
+
+from core.config import Settings
+from core.errors import InvalidInput, TooLarge
+
+
+def check_texts(texts: Sequence[str], settings: Settings, param: str) -> list[str]:
+    """Limits of the server (items per request, characters per item)."""
+    if len(texts) > settings.max_items_per_request:
+        raise TooLarge(
+            f"{len(texts)} inputs in one request; the limit is {settings.max_items_per_request}", param=param
+        )
+    limit = settings.max_chars_per_item
+    for i, text in enumerate(texts):
+        if len(text) > limit:
+            raise TooLarge(f"{param}[{i}] has {len(text)} characters; the limit is {limit}", param=param)
+    return list(texts)
+
+
+def text_list(value: str | list[str], param: str, settings: Settings) -> list[str]:
+    texts = [value] if isinstance(value, str) else list(value)
+    if not texts:
+        raise InvalidInput(f"'{param}' must not be empty", param=param)
+    return check_texts(texts, settings, param)
+
+
+def document_texts(documents: Sequence[Any] | None, settings: Settings, param: str = "documents") -> list[str]:
+    """Documents as strings, or objects with a string ``text`` field (Cohere/Infinity)."""
+    if documents is None:
+        raise InvalidInput(f"'{param}' is required", param=param)
+    if not documents:
+        raise InvalidInput(f"'{param}' must not be empty", param=param)
+    texts = []
+    for i, doc in enumerate(documents):
+        if isinstance(doc, str):
+            texts.append(doc)
+        elif isinstance(doc, dict) and isinstance(doc.get("text"), str):
+            texts.append(doc["text"])
+        else:
+            raise InvalidInput(f"{param}[{i}] must be a string or an object with a string 'text' field", param=param)
+    return check_texts(texts, settings, param)
+
+
+def check_positive(value: int | None, param: str) -> None:
+    if value is not None and value <= 0:
+        raise InvalidInput(f"'{param}' must be a positive integer, got {value}", param=param)
+
+
+def response_id(kind: str) -> tuple[str, int]:
+    return f"{kind}-{uuid.uuid4().hex}", int(time.time())

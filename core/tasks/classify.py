@@ -1,0 +1,81 @@
+"""Sequence classification: texts (or text pairs) → logits → softmax, or sigmoid for multi-label configs
+(``problem_type: multi_label_classification``), as transformers' text-classification pipeline does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from core.config import ModelSpec
+from core.errors import InvalidInput
+from core.loading import ModelInfo, num_labels
+from core.tasks.scoring import sigmoid, softmax
+from core.tokenization import Encoded, TextTokenizer, pad_batch
+
+
+@dataclass(slots=True)
+class ClassifyRequest:
+    texts: list[str] | None = None
+    pairs: list[tuple[str, str]] | None = None
+    raw_scores: bool = False
+    truncate: bool = True
+
+
+@dataclass(slots=True)
+class ClassifyResult:
+    scores: np.ndarray  # float32 (n, num_labels), columns in label order
+    labels: list[str]
+    prompt_tokens: int
+
+
+def labels_of(config: dict) -> list[str]:
+    id2label = config.get("id2label") or {}
+    n = num_labels(config)
+    return [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(n)]
+
+
+class ClassifyTask:
+    name: ClassVar[str] = "classify"
+    head: ClassVar[str] = "sequence-classification"
+    capabilities: ClassVar[frozenset[str]] = frozenset({"classify", "tokenize"})
+
+    def __init__(self, info: ModelInfo, spec: ModelSpec):
+        self.info = info
+        self.tokenizer = TextTokenizer(info.folder, info.max_length)
+        self.pad_multiple = spec.pad_to_multiple_of
+        self.labels = labels_of(info.config)
+        self.multi_label = info.config.get("problem_type") == "multi_label_classification" or len(self.labels) == 1
+
+    def prepare(self, request: ClassifyRequest) -> list[Encoded]:
+        if request.pairs is not None:
+            return self.tokenizer.encode_pairs(request.pairs, truncate=request.truncate)
+        if not request.texts:
+            raise InvalidInput("'input' must not be empty", param="input")
+        return self.tokenizer.encode(request.texts, truncate=request.truncate)
+
+    def collate(self, items: Sequence[Encoded]) -> Mapping[str, np.ndarray]:
+        return pad_batch(items, self.tokenizer.pad_id, self.pad_multiple)
+
+    def postprocess(self, outputs: Mapping[str, np.ndarray], items: Sequence[Encoded]) -> list[np.ndarray]:
+        return list(outputs["logits"].astype(np.float32, copy=False))
+
+    def finish(self, request: ClassifyRequest, items: Sequence[Encoded], results: list[np.ndarray]) -> ClassifyResult:
+        logits = np.stack(results) if results else np.zeros((0, len(self.labels)), np.float32)
+        if request.raw_scores:
+            scores = logits
+        elif self.multi_label:
+            scores = sigmoid(logits)
+        else:
+            scores = softmax(logits)
+        return ClassifyResult(scores, self.labels, sum(it.cost for it in items))
+
+    def describe(self) -> dict:
+        return {
+            "task": self.name,
+            "capabilities": sorted(self.capabilities),
+            "max_length": self.info.max_length,
+            "labels": self.labels,
+            "multi_label": self.multi_label,
+        }

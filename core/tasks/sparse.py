@@ -1,0 +1,83 @@
+"""Sparse lexical embeddings (SPLADE, ``*ForMaskedLM``): max over tokens of log1p(relu(logits)), padding
+masked, kept as (indices, values) of the non-zero vocabulary entries.
+
+The pooling runs in the ``splade`` head (see ``core/backends/heads.py``) so a batch's (batch, seq, vocab)
+logits never leave the backend; a backend that only has raw ``logits`` is pooled here instead."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from core.config import ModelSpec
+from core.loading import ModelInfo
+from core.tasks.embed import EmbedRequest
+from core.tokenization import Encoded, TextTokenizer, pad_batch
+
+
+@dataclass(slots=True)
+class SparseVector:
+    indices: np.ndarray  # int64 (k,), ascending vocabulary ids
+    values: np.ndarray  # float32 (k,)
+
+
+@dataclass(slots=True)
+class SparseResult:
+    vectors: list[SparseVector]
+    prompt_tokens: int
+
+
+def splade_pool(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(batch, seq, vocab) logits, (batch, seq) mask → (batch, vocab)."""
+    act = np.log1p(np.maximum(logits, 0.0)) * mask[:, :, None].astype(logits.dtype)
+    return act.max(axis=1)
+
+
+def to_sparse(dense: np.ndarray) -> SparseVector:
+    idx = np.flatnonzero(dense > 0)
+    return SparseVector(idx.astype(np.int64), dense[idx].astype(np.float32))
+
+
+class SparseTask:
+    name: ClassVar[str] = "sparse"
+    head: ClassVar[str] = "splade"
+    capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings_sparse", "tokenize"})
+
+    def __init__(self, info: ModelInfo, spec: ModelSpec):
+        self.info = info
+        self.tokenizer = TextTokenizer(info.folder, info.max_length)
+        self.pad_multiple = spec.pad_to_multiple_of
+
+    def prepare(self, request: EmbedRequest) -> list[Encoded]:
+        if request.token_ids is not None:
+            return self.tokenizer.from_ids(request.token_ids, truncate=request.truncate)
+        return self.tokenizer.encode(request.texts or [], truncate=request.truncate)
+
+    def collate(self, items: Sequence[Encoded]) -> Mapping[str, np.ndarray]:
+        return pad_batch(items, self.tokenizer.pad_id, self.pad_multiple)
+
+    def postprocess(self, outputs: Mapping[str, np.ndarray], items: Sequence[Encoded]) -> list[SparseVector]:
+        if "sparse_embedding" in outputs:
+            dense = outputs["sparse_embedding"]
+        else:
+            logits = outputs["logits"]
+            lengths = np.fromiter((it.cost for it in items), dtype=np.int64, count=len(items))
+            mask = np.arange(logits.shape[1])[None, :] < lengths[:, None]
+            dense = splade_pool(logits, mask)
+        return [to_sparse(row) for row in dense]
+
+    def finish(self, request: EmbedRequest, items: Sequence[Encoded], results: list[SparseVector]) -> SparseResult:
+        return SparseResult(results, sum(it.cost for it in items))
+
+    def token_strings(self, indices: np.ndarray) -> list[str]:
+        return [self.tokenizer.id_to_token(int(i)) or "" for i in indices]
+
+    def describe(self) -> dict:
+        return {
+            "task": self.name,
+            "capabilities": sorted(self.capabilities),
+            "max_length": self.info.max_length,
+            "vocab_size": self.tokenizer.vocab_size,
+        }
