@@ -7,7 +7,8 @@ without a change.
 
 - Route: ``X-Amzn-SageMaker-Custom-Attributes: route=rerank`` (pairs separated by ``,`` or ``;``),
   else a ``"route"`` field in the JSON body, else the default route given to :func:`install`, else
-  the one capability all served models share (a single embedding model: ``embeddings``).
+  the one main capability the served models share (a single embedding model: ``embeddings``;
+  auxiliary ones such as ``tokenize`` are not counted).
 - Model: the body's ``model``, else ``model=NAME`` in the custom attributes.
 - ``Content-Type``: JSON (415 otherwise). ``Accept``: JSON, or ``application/x-npy`` for embeddings:
   a float32 ``(n, d)`` array in NumPy's ``.npy`` format (406 for anything else).
@@ -26,6 +27,7 @@ from fastapi import APIRouter, FastAPI, Request
 from starlette.responses import Response
 
 from core.errors import InvalidInput, NotFound, TesseraError
+from core.tasks.base import AUXILIARY_CAPABILITIES
 
 CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
 JSON = "application/json"
@@ -186,7 +188,7 @@ def _only_capability(request: Request) -> str:
     registry = request.app.state.registry
     capabilities = set()
     for engine in (registry.engines.values() if registry is not None else ()):
-        capabilities |= set(engine.task.capabilities)
+        capabilities |= set(engine.task.capabilities) - AUXILIARY_CAPABILITIES
     if len(capabilities) != 1:
         raise InvalidInput(
             "name the route: 'route=embeddings' (or rerank, classify, ...) in X-Amzn-SageMaker-Custom-Attributes "

@@ -15,6 +15,10 @@ from typing import Any, ClassVar, Mapping, Protocol, Sequence
 import numpy as np
 
 
+#: capabilities every task of a kind offers beside its main one (never a model's default route)
+AUXILIARY_CAPABILITIES = frozenset({"tokenize", "score"})
+
+
 class Item(Protocol):
     @property
     def cost(self) -> int: ...

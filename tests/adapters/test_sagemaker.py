@@ -71,8 +71,12 @@ def test_custom_attributes_route_and_model(sagemaker_server):
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
     # the body's model wins over the attributes
     assert _invoke(base, {"input": "x", "model": MODEL}, attributes="model=nope").status_code == 200
-    unknown = _invoke(base, {"input": "x"}, attributes="route=rerank")
-    assert unknown.status_code == 404 and "rerank" in unknown.json()["error"]["message"]
+    unknown = _invoke(base, {"input": "x"}, attributes="route=transcribe")
+    assert unknown.status_code == 404 and "transcribe" in unknown.json()["error"]["message"]
+    # a route that exists, for a model that cannot serve it: 400 naming what the model serves
+    wrong = _invoke(base, {"query": "q", "documents": ["a"]}, attributes="route=rerank")
+    assert wrong.status_code == 400 and wrong.json()["error"]["code"] == "unsupported_task"
+    assert "embeddings" in wrong.json()["error"]["message"]
 
 
 def test_npy_round_trip(sagemaker_server):
