@@ -39,6 +39,7 @@ class ModelSpec(BaseModel):
     max_length: int | None = Field(default=None, gt=0, description="override the model's max sequence length")
     threads: int | None = Field(default=None, gt=0, description="runtime threads; default: settings.threads")
     pad_to_multiple_of: int = Field(default=1, gt=0, description="pad batches to a multiple of this")
+    ort_spin: bool = Field(default=False, description="onnx: let ONNX Runtime's threads busy-wait between runs")
     prompts: dict[str, str] = Field(
         default_factory=dict,
         description="named prompts (prompt_name → text), added to config_sentence_transformers.json's",

@@ -84,15 +84,21 @@ class Cell:
 # ---- HTTP load ------------------------------------------------------------------------------------
 
 async def http_cell(url: str, model: str | None, texts: list[str], kind: str, batch: int, concurrency: int,
-                    duration: float, dim: int | None, headers: dict, pid: int | None) -> Cell:
-    import httpx
+                    duration: float, dim: int | None, headers: dict, pid: int | None,
+                    route: str = "/v1/embeddings", token_counts: dict[str, int] | None = None) -> Cell:
+    """Closed loop: ``concurrency`` workers, each sending its next request when the last one is answered.
+    aiohttp keeps the load generator cheap (it shares the CPU with the server on a small machine)."""
+    import aiohttp
 
     cell = Cell(kind, batch, concurrency)
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120, headers=headers) as client:
-        # warm-up: one request per connection
-        await asyncio.gather(*(client.post("/v1/embeddings", json={"input": texts[:batch], "model": model})
-                               for _ in range(concurrency)))
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    timeout = aiohttp.ClientTimeout(total=300)
+    async with aiohttp.ClientSession(base_url=url, connector=connector, timeout=timeout, headers=headers) as client:
+        async def post(chunk):
+            async with client.post(route, json={"input": chunk, "model": model}) as r:
+                return r.status, await r.read()
+
+        await asyncio.gather(*(post(texts[:batch]) for _ in range(concurrency)))  # warm-up, one per connection
         stop_at = time.perf_counter() + duration
         cpu0 = process_cpu(pid)
         start = time.perf_counter()
@@ -103,14 +109,14 @@ async def http_cell(url: str, model: str | None, texts: list[str], kind: str, ba
                 chunk = [texts[(i + k) % len(texts)] for k in range(batch)]
                 i += batch
                 t = time.perf_counter()
-                r = await client.post("/v1/embeddings", json={"input": chunk, "model": model})
+                status, body = await post(chunk)
                 elapsed = time.perf_counter() - t
-                if not verify(r, len(chunk), dim):
+                if not verify(status, body, len(chunk), dim):
                     cell.errors += 1
                     continue
                 cell.latencies.append(elapsed)
                 cell.items += len(chunk)
-                cell.tokens += r.json()["usage"]["prompt_tokens"]
+                cell.tokens += sum(token_counts[t] for t in chunk) if token_counts else 0
 
         await asyncio.gather(*(worker(w) for w in range(concurrency)))
         cell.seconds = time.perf_counter() - start
@@ -120,16 +126,27 @@ async def http_cell(url: str, model: str | None, texts: list[str], kind: str, ba
     return cell
 
 
-def verify(response, count: int, dim: int | None) -> bool:
-    if response.status_code != 200:
+def verify(status: int, body: bytes, count: int, dim: int | None) -> bool:
+    """A 200 with ``count`` embeddings in order, of the expected dimension, all finite."""
+    if status != 200:
         return False
-    data = response.json()["data"]
+    data = json.loads(body)["data"]
     if len(data) != count or [d["index"] for d in data] != list(range(count)):
         return False
     import math
 
-    first = data[0]["embedding"]
-    return (dim is None or len(first) == dim) and all(math.isfinite(x) for x in first)
+    return all((dim is None or len(d["embedding"]) == dim) and all(math.isfinite(x) for x in d["embedding"])
+               for d in data)
+
+
+def token_counts_for(model_path: Path, texts: list[str]) -> dict[str, int]:
+    """Tokens per text with the model's tokenizer (client-side, so servers that count otherwise compare)."""
+    from core.loading import read_model_info
+    from core.tokenization import TextTokenizer
+
+    info = read_model_info(model_path)
+    tok = TextTokenizer(model_path, info.max_length)
+    return {t: e.cost for t, e in zip(texts, tok.encode(texts))}
 
 
 def process_cpu(pid: int | None) -> float | None:
@@ -297,10 +314,11 @@ def main() -> int:
         cells = []
         for kind in kinds:
             texts = make_texts(kind, 2048)
+            counts = token_counts_for(model_path, texts)
             for batch in batches:
                 for conc in concurrencies:
                     cell = asyncio.run(http_cell(url, args.served_name, texts, kind, batch, conc, args.duration,
-                                                 dim, headers, proc.pid if proc else None))
+                                                 dim, headers, proc.pid if proc else None, token_counts=counts))
                     cells.append(cell.row())
                     print(json.dumps(cells[-1]), flush=True)
         result["http"] = cells

@@ -35,10 +35,11 @@ class OnnxBackend:
     def from_spec(cls, spec: ModelSpec) -> "OnnxBackend":
         from core.backends.registry import onnx_file_for
 
-        return cls(onnx_file=onnx_file_for(spec))
+        return cls(onnx_file=onnx_file_for(spec), spin=spec.ort_spin)
 
-    def __init__(self, onnx_file: Path | None = None) -> None:
+    def __init__(self, onnx_file: Path | None = None, spin: bool = False) -> None:
         self._onnx_file = onnx_file
+        self._spin = spin
         self._session = None
         self._inputs: frozenset[str] = frozenset()
         self._outputs: list[str] = []
@@ -57,6 +58,9 @@ class OnnxBackend:
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        # no busy-waiting between runs: on a small machine the spinning threads would take the CPU from
+        # tokenization and the event loop (the model spec's ort_spin: true restores the default, for A/B runs)
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if self._spin else "0")
         self._session = ort.InferenceSession(str(path), sess_options=opts, providers=_providers(ort, device))
         self._inputs = frozenset(i.name for i in self._session.get_inputs())
         outputs = [o.name for o in self._session.get_outputs()]
