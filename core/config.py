@@ -27,9 +27,9 @@ class ModelSpec(BaseModel):
     path: Path = Field(description="local model folder (Hugging Face / sentence-transformers layout)")
     name: str | None = Field(default=None, description="served name; defaults to the folder name")
     task: str = Field(default="auto", description="task; 'auto' detects it from the folder")
-    backend: str = Field(default="auto", description="auto | torch | onnx")
+    backend: str = Field(default="auto", description="auto | torch | onnx | ct2 | neuron")
     device: str = Field(default="cpu", description="cpu | cuda | cuda:N")
-    dtype: str = Field(default="float32", description="float32 | float16 | bfloat16 | int8")
+    dtype: str = Field(default="float32", description="float32 | float16 | bfloat16 | int8 (ct2 also int8_float32, int8_float16)")
     onnx_file: Path | None = Field(
         default=None, description="ONNX graph to run; default: <path>/onnx/model.onnx or <path>/model.onnx"
     )
@@ -39,6 +39,10 @@ class ModelSpec(BaseModel):
     max_length: int | None = Field(default=None, gt=0, description="override the model's max sequence length")
     threads: int | None = Field(default=None, gt=0, description="runtime threads; default: settings.threads")
     pad_to_multiple_of: int = Field(default=1, gt=0, description="pad batches to a multiple of this")
+    compile: bool = Field(default=False, description="torch backend: run the model through torch.compile")
+    providers: list[str] | None = Field(
+        default=None, description="onnx backend: execution providers in order (default: from device)"
+    )
 
     @property
     def served_name(self) -> str:

@@ -50,10 +50,13 @@ class Engine:
     @classmethod
     def load(cls, spec: ModelSpec, settings: Settings, metrics: Metrics | None = None) -> "Engine":
         """Read the folder, build the task, load the backend (blocking: call from a thread at start-up)."""
-        info = read_model_info(spec.path, max_length=spec.max_length)
+        backend = create_backend(spec)
+        # a static-shape backend (Neuron buckets) caps the length the tokenizer truncates/refuses at
+        limit = getattr(backend, "max_sequence_length", None)
+        max_length = min(x for x in (spec.max_length, limit) if x) if (spec.max_length or limit) else None
+        info = read_model_info(spec.path, max_length=max_length)
         task_name = detect_task(info) if spec.task == "auto" else spec.task
         task = create_task(task_name, info, spec)
-        backend = create_backend(spec)
         backend.load(spec.path, head=task.head, device=spec.device, dtype=spec.dtype,
                      threads=spec.threads or settings.threads)
         return cls(spec, task, backend, settings=settings, metrics=metrics)
