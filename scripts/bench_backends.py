@@ -107,7 +107,7 @@ def main() -> int:
         for row in bench.inprocess_cells(spec, kinds, batches, args.duration, threads):
             if row["path"].startswith("engine"):
                 rows.append({"config": config, "texts": row["texts"], "batch": row["batch"],
-                             "emb/s": row["emb/s"], "p50 ms": row["p50 ms"], "worst cos vs torch fp32": cos,
+                             "emb/s": row["emb/s"], "p50 ms": row["p50 ms"], "worst cos vs torch fp32": f"{cos:.4f}",
                              "load+check s": load_s})
         print(json.dumps(rows[-1]), flush=True)
         if args.http:
