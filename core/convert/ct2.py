@@ -9,8 +9,10 @@ when the folder is served, from the model's ``dtype``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import tempfile
 from pathlib import Path
 
 from core.backends.ct2 import CT2_SUBDIR
@@ -54,10 +56,28 @@ def convert_folder(src: Path, dst: Path, *, quantization: str | None = None, for
     dst.mkdir(parents=True, exist_ok=True)
     if dst.resolve() != src.resolve():
         copy_model_files(src, dst)
-    converter = ctranslate2.converters.TransformersConverter(str(src), copy_files=_tokenizer_files(src))
-    out = converter.convert(str(dst / CT2_SUBDIR), quantization=quantization, force=force)
+    with _converter_view(src, config) as view:
+        converter = ctranslate2.converters.TransformersConverter(str(view), copy_files=_tokenizer_files(src))
+        out = converter.convert(str(dst / CT2_SUBDIR), quantization=quantization, force=force)
     log.info("converted %s to %s", src, out)
     return dst
+
+
+@contextlib.contextmanager
+def _converter_view(src: Path, config: dict):
+    """The folder the converter reads. transformers 5.x no longer writes ``position_embedding_type`` in
+    RoBERTa/XLM-R configs and CTranslate2's RoBERTa loader asserts it is "absolute": such a folder is
+    presented through a temporary view (links to every file, config.json with the key added)."""
+    if config.get("model_type") not in ("roberta", "xlm-roberta") or "position_embedding_type" in config:
+        yield src
+        return
+    with tempfile.TemporaryDirectory(prefix="tessera-ct2-") as tmp:
+        view = Path(tmp)
+        for path in src.iterdir():
+            if path.name != "config.json":
+                (view / path.name).symlink_to(path.resolve())
+        (view / "config.json").write_text(json.dumps({**config, "position_embedding_type": "absolute"}))
+        yield view
 
 
 def _tokenizer_files(src: Path) -> list[str]:

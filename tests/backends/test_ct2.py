@@ -16,6 +16,7 @@ from core.config import ModelSpec, Settings
 from core.convert.ct2 import SUPPORTED_CONFIGS, convert_folder
 from core.engine import Engine, Registry
 from core.errors import InvalidInput, Unsupported
+from core.tasks.embed import EmbedRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = Settings(threads=2)
@@ -92,7 +93,7 @@ def test_unconverted_folder_names_the_converter(minilm_dir, tiny_mpnet):
 def test_ct2_token_vectors_match_torch_on_a_padded_batch(minilm_ct2_dir, minilm_dir, sentences):
     ct2 = Engine.load(ModelSpec(path=minilm_ct2_dir, backend="ct2"), SETTINGS)
     torch = Engine.load(ModelSpec(path=minilm_dir, backend="torch"), SETTINGS)
-    items = ct2.task.prepare(__import__("core.tasks.embed", fromlist=["EmbedRequest"]).EmbedRequest(texts=sentences[:8]))
+    items = ct2.task.prepare(EmbedRequest(texts=sentences[:8]))
     feeds = ct2.task.collate(items)
     a = ct2.backend.run(feeds)["last_hidden_state"]
     b = torch.backend.run(feeds)["last_hidden_state"]
@@ -100,3 +101,37 @@ def test_ct2_token_vectors_match_torch_on_a_padded_batch(minilm_ct2_dir, minilm_
     assert a.shape == b.shape
     np.testing.assert_allclose(a[mask], b[mask], atol=1e-3)
     assert json.loads((minilm_ct2_dir / "ct2" / "config.json").read_text())  # CTranslate2's own config
+
+
+def _tiny_encoder(folder: Path, minilm_dir: Path, model_type: str) -> Path:
+    """A tiny random encoder of ``model_type`` with MiniLM's tokenizer (RoBERTa family: pad id 1, as real
+    RoBERTa/XLM-R checkpoints have; their position ids are offset by it)."""
+    import shutil
+
+    import torch
+    import transformers
+
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        shutil.copy(minilm_dir / name, folder / name)
+    if model_type == "distilbert":
+        cfg = transformers.DistilBertConfig(vocab_size=30522, dim=32, n_layers=1, n_heads=2, hidden_dim=64)
+    else:
+        cls = transformers.RobertaConfig if model_type == "roberta" else transformers.XLMRobertaConfig
+        cfg = cls(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                  intermediate_size=64, pad_token_id=1, type_vocab_size=1)
+    torch.manual_seed(0)
+    transformers.AutoModel.from_config(cfg).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("model_type", ["distilbert", "roberta", "xlm-roberta"])
+def test_other_supported_architectures_convert_and_match_torch(model_type, minilm_dir, tmp_path, sentences):
+    (tmp_path / "src").mkdir()
+    src = _tiny_encoder(tmp_path / "src", minilm_dir, model_type)
+    out = convert_folder(src, tmp_path / "ct2")
+    ct2 = Engine.load(ModelSpec(path=out), SETTINGS)
+    torch = Engine.load(ModelSpec(path=src, backend="torch"), SETTINGS)
+    assert ct2.backend.name == "ct2"
+    a = ct2.run_sync(EmbedRequest(texts=sentences[:6])).vectors
+    b = torch.run_sync(EmbedRequest(texts=sentences[:6])).vectors
+    np.testing.assert_allclose(a, b, atol=1e-4)
