@@ -31,18 +31,6 @@ DEFAULT_CONFIGS = ("torch:float32,torch:bfloat16,torch:int8,onnx:float32,onnx:in
                    "ct2:float32,ct2:int8")
 
 
-def ensure_ct2(model_path: Path) -> Path:
-    if (model_path / "ct2" / "model.bin").exists():
-        return model_path
-    from core.convert.ct2 import convert_folder
-
-    out = ROOT / ".venv" / "models" / f"{model_path.name}-ct2"
-    if not (out / "ct2" / "model.bin").exists():
-        print(f"converting {model_path} to {out} ...", flush=True)
-        convert_folder(model_path, out)
-    return out
-
-
 def spec_for(config: str, model_path: Path) -> dict:
     backend, _, dtype = config.partition(":")
     dtype = dtype or "float32"
@@ -54,7 +42,7 @@ def spec_for(config: str, model_path: Path) -> dict:
         if dtype == "int8-accurate":
             dtype, spec["onnx_file"] = "int8", str(folder / "onnx" / "model_int8_accurate.onnx")
     elif backend == "ct2":
-        folder = ensure_ct2(model_path)
+        folder = bench.ensure_ct2(model_path)
     else:
         folder = model_path
     spec.update(path=str(folder), dtype=dtype)
