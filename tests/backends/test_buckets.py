@@ -232,3 +232,19 @@ def test_engine_refuses_over_long_input_when_truncate_is_false(static_engine, se
     with pytest.raises(TooLarge, match="more than the model's maximum of 64"):
         static_engine.run_sync(EmbedRequest(texts=[longest], truncate=False))
     assert static_engine.run_sync(EmbedRequest(texts=[longest])).prompt_tokens == 64
+
+
+def test_buckets_longer_than_the_model_limit_do_not_raise_it(minilm_dir, tmp_path, monkeypatch):
+    """The largest bucket caps the model's max length; it never lengthens it (MiniLM: 256 < 300)."""
+    from core.backends import registry
+    from core.convert.neuron import compile_buckets
+    from tests.support.static_onnx import export_static
+
+    compile_buckets(minilm_dir, tmp_path, batch_sizes=[1], sequence_lengths=[300], compile_bucket=export_static,
+                    runtime="onnx-static", dtype="float32")
+    monkeypatch.setitem(registry.BACKENDS, "static-onnx", ("tests.support.static_onnx", "StaticOnnxBackend", "dev"))
+    engine = Engine.load(ModelSpec(path=tmp_path, backend="static-onnx"), SETTINGS)
+    assert engine.backend.max_sequence_length == 300
+    assert engine.task.info.max_length == 256
+    result = engine.run_sync(EmbedRequest(texts=["word " * 400]))
+    assert result.prompt_tokens == 256
