@@ -28,7 +28,7 @@ class ModelSpec(BaseModel):
     name: str | None = Field(default=None, description="served name; defaults to the folder name")
     task: str = Field(default="auto", description="task; 'auto' detects it from the folder")
     backend: str = Field(default="auto", description="auto | torch | onnx | ct2 | neuron")
-    device: str = Field(default="cpu", description="cpu | cuda | cuda:N")
+    device: str = Field(default="cpu", description="cpu | cuda | cuda:N | neuron")
     dtype: str = Field(default="float32", description="float32 | float16 | bfloat16 | int8 (ct2 also int8_float32, int8_float16)")
     onnx_file: Path | None = Field(
         default=None, description="ONNX graph to run; default: <path>/onnx/model.onnx or <path>/model.onnx"

@@ -106,3 +106,14 @@ def minilm_static_buckets_dir(minilm_dir) -> Path:
                                            compile_bucket=static_onnx.export_static, runtime="onnx-static",
                                            dtype="float32"),
     )
+
+
+@pytest.fixture(scope="session")
+def minilm_onnx_fp16_file(minilm_onnx_dir) -> Path:
+    """The exported (fused) fp32 graph converted to fp16 by core/convert/onnx_fp16.py."""
+    from core.convert import onnx_fp16
+
+    folder = cached_build("minilm-onnx-fp16", [Path(onnx_fp16.__file__), minilm_onnx_dir / "onnx" / "model.onnx"],
+                          lambda out: onnx_fp16.convert_fp16(minilm_onnx_dir / "onnx" / "model.onnx",
+                                                             out / "model_fp16.onnx"))
+    return folder / "model_fp16.onnx"

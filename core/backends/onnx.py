@@ -63,10 +63,6 @@ class OnnxBackend:
         ort = require("onnxruntime", "onnx")
         if dtype not in ONNX_DTYPES:
             raise InvalidInput(f"onnx backend: dtype {dtype!r} not supported; use one of {sorted(ONNX_DTYPES)}")
-        gpu = device.startswith("cuda") or any(p != "CPUExecutionProvider" for p in self._requested or [])
-        if dtype in ("float16", "fp16") and not gpu:
-            raise InvalidInput("onnx float16 graphs run on the CUDA provider only (device: cuda); "
-                               "on CPU use float32 or int8")
         if dtype in ("float16", "fp16") and self._onnx_file is None:
             raise InvalidInput(f"no fp16 ONNX graph in {model_dir} (onnx/model_fp16.onnx): export one with "
                                f"`python scripts/export_onnx.py {model_dir} OUT --fp16`")

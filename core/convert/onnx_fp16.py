@@ -1,8 +1,9 @@
 """fp32 ONNX graph → fp16 graph for the CUDA execution provider (``onnx/model_fp16.onnx``).
 
 Inputs stay int64 and the output stays float32 (``keep_io_types``), so the backend and the tasks see the
-same names and types as with the fp32 graph. ONNX Runtime's CPU provider lacks fp16 kernels for most
-ops: the backend refuses ``dtype: float16`` without a GPU provider. Not run on a GPU here.
+same names and types as with the fp32 graph. Made for the CUDA provider (not run on a GPU here); ONNX
+Runtime 1.32's CPU provider also runs it (no faster than fp32 on CPU), which is how the parity matrix
+checks the conversion.
 """
 
 from __future__ import annotations

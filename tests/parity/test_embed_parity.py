@@ -33,6 +33,7 @@ COLUMNS = {
 # at ≈0.97 while the mean is ≈0.991; the accurate int8 graph and the packaged (weight-only) int8 graph
 # meet 0.99 on every item. See docs/backends.md.
 # torch int8 (dynamic, attention Linears only; feed-forward fp32) measured worst ≈0.975, mean ≈0.9955;
+# onnx fp16 (made for the CUDA provider; ORT's CPU provider runs it too) measured worst ≈0.99999.
 # CTranslate2 int8 / int8_float32 (all weights int8) worst ≈0.982, mean ≈0.9967; bf16 worst ≈0.9999.
 # neuron: bf16 matmuls (auto_cast) — tolerance as torch bf16, loosened for the compiler; never run here.
 CELLS = [
@@ -41,6 +42,7 @@ CELLS = [
     pytest.param("onnx", "int8", "onnx", 0.96, 0.99, id="onnx-int8-fast-exported"),
     pytest.param("onnx", "int8", "onnx-accurate", 0.99, 0.995, id="onnx-int8-accurate-exported"),
     pytest.param("onnx", "int8", "packaged-int8", 0.99, 0.999, id="onnx-int8-packaged"),
+    pytest.param("onnx", "float16", "onnx-fp16", 0.9999, 0.9999, id="onnx-fp16-exported"),
     pytest.param("torch", "bfloat16", "hf", 0.9995, 0.9999, id="torch-bf16"),
     pytest.param("torch", "int8", "hf", 0.96, 0.99, id="torch-int8-dynamic"),
     pytest.param("torch", "float32", "hf-compiled", 0.9999, 0.9999, id="torch-fp32-compiled",
@@ -100,6 +102,8 @@ def engines(request):
             onnx_file = None
             if source == "packaged-int8":
                 onnx_file = request.getfixturevalue("packaged_int8_onnx")
+            elif source == "onnx-fp16":
+                onnx_file = request.getfixturevalue("minilm_onnx_fp16_file")
             elif source == "onnx-accurate":
                 onnx_file = folder / "onnx" / "model_int8_accurate.onnx"
             spec = ModelSpec(path=folder, backend=backend, dtype=dtype, onnx_file=onnx_file,
