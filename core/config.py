@@ -27,9 +27,9 @@ class ModelSpec(BaseModel):
     path: Path = Field(description="local model folder (Hugging Face / sentence-transformers layout)")
     name: str | None = Field(default=None, description="served name; defaults to the folder name")
     task: str = Field(default="auto", description="task; 'auto' detects it from the folder")
-    backend: str = Field(default="auto", description="auto | torch | onnx")
-    device: str = Field(default="cpu", description="cpu | cuda | cuda:N")
-    dtype: str = Field(default="float32", description="float32 | float16 | bfloat16 | int8")
+    backend: str = Field(default="auto", description="auto | torch | onnx | ct2 | neuron")
+    device: str = Field(default="cpu", description="cpu | cuda | cuda:N | neuron")
+    dtype: str = Field(default="float32", description="float32 | float16 | bfloat16 | int8 (ct2 also int8_float32, int8_float16)")
     onnx_file: Path | None = Field(
         default=None, description="ONNX graph to run; default: <path>/onnx/model.onnx or <path>/model.onnx"
     )
@@ -46,6 +46,10 @@ class ModelSpec(BaseModel):
     )
     default_prompt_name: str | None = Field(
         default=None, description="prompt used when a request names none; default: the model's own"
+    )
+    compile: bool = Field(default=False, description="torch backend: run the model through torch.compile")
+    providers: list[str] | None = Field(
+        default=None, description="onnx backend: execution providers in order (default: from device)"
     )
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -50,10 +51,14 @@ class Engine:
     @classmethod
     def load(cls, spec: ModelSpec, settings: Settings, metrics: Metrics | None = None) -> "Engine":
         """Read the folder, build the task, load the backend (blocking: call from a thread at start-up)."""
+        backend = create_backend(spec)
         info = read_model_info(spec.path, max_length=spec.max_length)
+        # a static-shape backend (Neuron buckets) caps the length the tokenizer truncates/refuses at
+        limit = getattr(backend, "max_sequence_length", None)
+        if limit and info.max_length > limit:
+            info = dataclasses.replace(info, max_length=limit)
         task_name = detect_task(info) if spec.task == "auto" else spec.task
         task = create_task(task_name, info, spec)
-        backend = create_backend(spec)
         backend.load(spec.path, head=task.head, device=spec.device, dtype=spec.dtype,
                      threads=spec.threads or settings.threads)
         return cls(spec, task, backend, settings=settings, metrics=metrics)

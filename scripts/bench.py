@@ -5,6 +5,8 @@
     python scripts/bench.py --model PATH [--backend onnx] [--dtype float32] \
         --concurrency 1,16,64 --batch 1,32 --texts short,long,mixed --duration 20
 
+    # compare backends and dtypes on one model in one run: scripts/bench_backends.py (reuses this file)
+
     # load an already running server (any loopback URL) instead
     python scripts/bench.py --url http://127.0.0.1:8000 --served-name all-MiniLM-L6-v2 ...
 
@@ -250,6 +252,18 @@ def ensure_onnx(model_path: Path) -> Path:
     return out
 
 
+def ensure_ct2(model_path: Path) -> Path:
+    if (model_path / "ct2" / "model.bin").exists():
+        return model_path
+    from core.convert.ct2 import convert_folder
+
+    out = ROOT / ".venv" / "models" / f"{model_path.name}-ct2"
+    if not (out / "ct2" / "model.bin").exists():
+        print(f"converting {model_path} to {out} ...", flush=True)
+        convert_folder(model_path, out)
+    return out
+
+
 def print_table(rows: list[dict], title: str) -> None:
     if not rows:
         return
@@ -296,6 +310,8 @@ def main() -> int:
         model_path = default_model_path()
     if args.backend == "onnx" and args.url is None:
         model_path = ensure_onnx(model_path)
+    if args.backend == "ct2" and args.url is None:
+        model_path = ensure_ct2(model_path)
     spec = {"path": str(model_path), "name": args.served_name, "backend": args.backend, "dtype": args.dtype}
 
     proc = None

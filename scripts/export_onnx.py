@@ -26,6 +26,8 @@ def main() -> int:
     parser.add_argument("--int8", action="append", choices=["fast", "accurate"], default=[],
                         help="also write an int8 graph: fast (all MatMuls) → onnx/model_int8.onnx, "
                              "accurate (feed-forward kept fp32) → onnx/model_int8_accurate.onnx; repeatable")
+    parser.add_argument("--fp16", action="store_true",
+                        help="also write onnx/model_fp16.onnx (for the CUDA provider; dtype: float16)")
     parser.add_argument("--no-optimize", dest="optimize", action="store_false", help="skip the fusions")
     parser.add_argument("--opset", type=int, default=17)
     parser.add_argument("--head", default=None,
@@ -35,6 +37,10 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     out = export_folder(args.model_dir, args.out_dir, optimize=args.optimize, int8=tuple(args.int8),
                         opset=args.opset, head=args.head)
+    if args.fp16:
+        from core.convert.onnx_fp16 import convert_fp16
+
+        convert_fp16(out / "onnx" / "model.onnx", out / "onnx" / "model_fp16.onnx")
     print(f"wrote {out}")
     return 0
 

@@ -76,3 +76,44 @@ def st_minilm(minilm_dir):
     from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(str(minilm_dir), device="cpu")
+
+
+@pytest.fixture(scope="session")
+def minilm_ct2_dir(minilm_dir) -> Path:
+    """MiniLM converted by our own code for CTranslate2 (ct2/model.bin + the model files)."""
+    from core.convert import ct2
+
+    return cached_build("minilm-ct2", [Path(ct2.__file__), minilm_dir / "model.safetensors"],
+                        lambda out: ct2.convert_folder(minilm_dir, out))
+
+
+#: the static buckets the bucket tests compile (small: each is one fixed-shape ONNX export)
+STATIC_BATCHES, STATIC_LENGTHS = (1, 4), (16, 64)
+
+
+@pytest.fixture(scope="session")
+def minilm_static_buckets_dir(minilm_dir) -> Path:
+    """MiniLM compiled by ``core.convert.neuron.compile_buckets`` into fixed-shape ONNX buckets
+    (1, 4) × (16, 64) with a manifest: the Neuron folder layout, runnable on CPU."""
+    from core.convert import neuron
+    from tests.support import static_onnx
+
+    return cached_build(
+        "minilm-static-buckets",
+        [Path(neuron.__file__), Path(static_onnx.__file__), minilm_dir / "model.safetensors"],
+        lambda out: neuron.compile_buckets(minilm_dir, out, batch_sizes=STATIC_BATCHES,
+                                           sequence_lengths=STATIC_LENGTHS,
+                                           compile_bucket=static_onnx.export_static, runtime="onnx-static",
+                                           dtype="float32"),
+    )
+
+
+@pytest.fixture(scope="session")
+def minilm_onnx_fp16_file(minilm_onnx_dir) -> Path:
+    """The exported (fused) fp32 graph converted to fp16 by core/convert/onnx_fp16.py."""
+    from core.convert import onnx_fp16
+
+    folder = cached_build("minilm-onnx-fp16", [Path(onnx_fp16.__file__), minilm_onnx_dir / "onnx" / "model.onnx"],
+                          lambda out: onnx_fp16.convert_fp16(minilm_onnx_dir / "onnx" / "model.onnx",
+                                                             out / "model_fp16.onnx"))
+    return folder / "model_fp16.onnx"

@@ -13,18 +13,31 @@ from core.errors import BackendFailure, InvalidInput, require
 
 
 
-def _providers(ort, device: str) -> list[str]:
-    if device == "cpu":
-        return ["CPUExecutionProvider"]
-    if device.startswith("cuda"):
-        available = ort.get_available_providers()
-        if "CUDAExecutionProvider" not in available:
-            raise InvalidInput(
-                f"device {device!r}: onnxruntime has no CUDA provider here ({available}); "
-                "install onnxruntime-gpu"
-            )
-        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
-    raise InvalidInput(f"onnx backend: unknown device {device!r}")
+ONNX_DTYPES = frozenset({"float32", "fp32", "int8", "float16", "fp16"})
+
+#: execution providers a device name maps to, most preferred first (CPU is always the fallback)
+DEVICE_PROVIDERS = {"cpu": ["CPUExecutionProvider"], "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
+
+
+def _providers(ort, device: str, requested: list[str] | None = None) -> list:
+    """The providers a session gets: ``requested`` (spec ``providers``, e.g. TensorRT first) or the device's.
+    Each must be in this onnxruntime build; CUDA/TensorRT come with ``onnxruntime-gpu``."""
+    available = ort.get_available_providers()
+    kind, _, index = device.partition(":")
+    if requested is None:
+        if kind not in DEVICE_PROVIDERS:
+            raise InvalidInput(f"onnx backend: unknown device {device!r}; use cpu or cuda[:N]")
+        requested = DEVICE_PROVIDERS[kind]
+    missing = [p for p in requested if p not in available]
+    if missing:
+        raise InvalidInput(
+            f"onnx backend: execution providers {missing} are not in this onnxruntime (available: {available}); "
+            "CUDA/TensorRT need `pip install onnxruntime-gpu` (instead of onnxruntime) and a GPU"
+        )
+    if kind == "cuda" and index:  # pin GPU providers to the device index
+        return [(p, {"device_id": int(index)}) if p in ("CUDAExecutionProvider", "TensorrtExecutionProvider")
+                else p for p in requested]
+    return list(requested)
 
 
 class OnnxBackend:
@@ -35,10 +48,11 @@ class OnnxBackend:
     def from_spec(cls, spec: ModelSpec) -> "OnnxBackend":
         from core.backends.registry import onnx_file_for
 
-        return cls(onnx_file=onnx_file_for(spec), spin=spec.ort_spin)
+        return cls(onnx_file=onnx_file_for(spec), providers=spec.providers, spin=spec.ort_spin)
 
-    def __init__(self, onnx_file: Path | None = None, spin: bool = False) -> None:
+    def __init__(self, onnx_file: Path | None = None, providers: list[str] | None = None, spin: bool = False) -> None:
         self._onnx_file = onnx_file
+        self._requested = providers
         self._spin = spin
         self._session = None
         self._inputs: frozenset[str] = frozenset()
@@ -48,11 +62,17 @@ class OnnxBackend:
 
     def load(self, model_dir: Path, *, head: str, device: str, dtype: str, threads: int) -> None:
         ort = require("onnxruntime", "onnx")
+        if dtype not in ONNX_DTYPES:
+            raise InvalidInput(f"onnx backend: dtype {dtype!r} not supported; use one of {sorted(ONNX_DTYPES)}")
+        if dtype in ("float16", "fp16") and self._onnx_file is None:
+            raise InvalidInput(f"no fp16 ONNX graph in {model_dir} (onnx/model_fp16.onnx): export one with "
+                               f"`python scripts/export_onnx.py {model_dir} OUT --fp16`")
         path = self._onnx_file or Path(model_dir) / "onnx" / "model.onnx"
         if not Path(path).exists():
             raise InvalidInput(
                 f"no ONNX graph at {path}: export one with `python scripts/export_onnx.py {model_dir} OUT`"
             )
+        providers = _providers(ort, device, self._requested)
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.intra_op_num_threads = threads
@@ -61,7 +81,7 @@ class OnnxBackend:
         # no busy-waiting between runs: on a small machine the spinning threads would take the CPU from
         # tokenization and the event loop (the model spec's ort_spin: true restores the default, for A/B runs)
         opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if self._spin else "0")
-        self._session = ort.InferenceSession(str(path), sess_options=opts, providers=_providers(ort, device))
+        self._session = ort.InferenceSession(str(path), sess_options=opts, providers=providers)
         self._inputs = frozenset(i.name for i in self._session.get_inputs())
         outputs = [o.name for o in self._session.get_outputs()]
         wanted = list(get_head(head).outputs)
@@ -85,4 +105,5 @@ class OnnxBackend:
 
     def describe(self) -> dict:
         return {"backend": self.name, "device": self._device, "dtype": self._dtype,
-                "file": self._onnx_file.name if self._onnx_file else None}
+                "file": self._onnx_file.name if self._onnx_file else None,
+                "providers": self._session.get_providers() if self._session is not None else None}

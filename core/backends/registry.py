@@ -14,6 +14,8 @@ from core.errors import InvalidInput, MissingDependency
 BACKENDS: dict[str, tuple[str, str, str]] = {
     "torch": ("core.backends.torch", "TorchBackend", "torch"),
     "onnx": ("core.backends.onnx", "OnnxBackend", "onnx"),
+    "ct2": ("core.backends.ct2", "CT2Backend", "ct2"),
+    "neuron": ("core.backends.neuron", "NeuronBackend", "neuron"),
 }
 
 
@@ -24,6 +26,8 @@ def onnx_file_for(spec: ModelSpec) -> Path | None:
         return Path(spec.onnx_file)
     if spec.dtype == "int8":
         names = ("onnx/model_int8.onnx", "onnx/model_quantized.onnx", "model_int8.onnx", "model_quantized.onnx")
+    elif spec.dtype in ("float16", "fp16"):
+        names = ("onnx/model_fp16.onnx", "model_fp16.onnx")
     else:
         names = ("onnx/model.onnx", "model.onnx")
     for candidate in (spec.path / name for name in names):
@@ -33,12 +37,19 @@ def onnx_file_for(spec: ModelSpec) -> Path | None:
 
 
 def resolve_name(spec: ModelSpec) -> str:
-    """``auto`` → onnx when the folder carries an ONNX graph, else torch."""
+    """``auto`` → the first artifact the folder carries: ``neuron/manifest.json`` (compiled Neuron buckets)
+    → neuron; an ONNX graph → onnx; ``ct2/model.bin`` → ct2; else torch. See docs/backends.md."""
     if spec.backend != "auto":
         if spec.backend not in BACKENDS:
             raise InvalidInput(f"unknown backend {spec.backend!r}; known: {sorted(BACKENDS)}")
         return spec.backend
-    return "onnx" if onnx_file_for(spec) is not None else "torch"
+    if (spec.path / "neuron" / "manifest.json").exists():
+        return "neuron"
+    if onnx_file_for(spec) is not None:
+        return "onnx"
+    if (spec.path / "ct2" / "model.bin").exists():
+        return "ct2"
+    return "torch"
 
 
 def create_backend(spec: ModelSpec) -> Backend:

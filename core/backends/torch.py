@@ -1,4 +1,13 @@
-"""PyTorch backend (transformers ``AutoModel*``): CPU, CUDA, float32/float16/bfloat16."""
+"""PyTorch backend (transformers ``AutoModel*``): CPU, CUDA, float32/float16/bfloat16, int8.
+
+- float16: CUDA only (refused on CPU). bfloat16: CPU and CUDA.
+- int8: dynamic quantization (``torch.ao.quantization.quantize_dynamic``: int8 weights per output
+  channel, activations quantized per batch) of the attention ``nn.Linear`` layers; the feed-forward
+  layers stay fp32, as in the ONNX "accurate" int8 graph (quantizing them too drops MiniLM's worst
+  cosine vs fp32 to ≈0.91, see docs/backends.md). CPU only.
+- ``compile: true`` in the model spec wraps the model in ``torch.compile`` (first batches of each new
+  shape are slow while it compiles; ``dynamic=True`` keeps recompiles down).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +21,25 @@ from core.config import ModelSpec
 from core.errors import BackendFailure, InvalidInput, require
 
 _DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
-           "bfloat16": "bfloat16", "bf16": "bfloat16"}
+           "bfloat16": "bfloat16", "bf16": "bfloat16", "int8": "int8", "qint8": "int8"}
+
+
+def is_feed_forward(module_name: str) -> bool:
+    """BERT-family naming: ``layer.N.intermediate.dense`` and ``layer.N.output.dense`` (not attention's)."""
+    return ".intermediate." in module_name or (module_name.endswith("output.dense") and "attention" not in module_name)
+
+
+def quantize_int8(torch, model):
+    """Per-channel dynamic int8 of every Linear outside the feed-forward blocks (in place of the model)."""
+    import warnings
+
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    spec = {name: per_channel_dynamic_qconfig for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Linear) and not is_feed_forward(name)}
+    with warnings.catch_warnings():  # torch.ao eager quantization warns that it is moving to torchao
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(model, spec, dtype=torch.qint8)
 
 
 class TorchBackend:
@@ -21,9 +48,10 @@ class TorchBackend:
 
     @classmethod
     def from_spec(cls, spec: ModelSpec) -> "TorchBackend":
-        return cls()
+        return cls(compile=spec.compile)
 
-    def __init__(self) -> None:
+    def __init__(self, compile: bool = False) -> None:
+        self._compile = compile
         self._model = None
         self._device = "cpu"
         self._dtype = "float32"
@@ -40,16 +68,26 @@ class TorchBackend:
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise InvalidInput(f"device {device!r} requested but CUDA is not available to torch")
         if self._dtype != "float32" and device == "cpu" and self._dtype == "float16":
-            raise InvalidInput("float16 on CPU is not supported by the torch backend; use float32 or bfloat16")
+            raise InvalidInput("float16 on CPU is not supported by the torch backend (CUDA only here); "
+                               "use float32, bfloat16 or int8")
+        if self._dtype == "int8" and device != "cpu":
+            raise InvalidInput(f"int8 (dynamic quantization) runs on CPU only, not on {device!r}; "
+                               "use float16/bfloat16 on CUDA")
         torch.set_num_threads(threads)
         auto = getattr(transformers, spec.auto_class)
-        model = auto.from_pretrained(str(model_dir), dtype=getattr(torch, self._dtype))
+        load_dtype = torch.float32 if self._dtype == "int8" else getattr(torch, self._dtype)
+        model = auto.from_pretrained(str(model_dir), dtype=load_dtype)
         model.eval()
-        self._model = model.to(device)
-        self._device, self._head = device, spec
         import inspect
 
         self._accepts = frozenset(spec.inputs or inspect.signature(model.forward).parameters)
+        if self._dtype == "int8":
+            model = quantize_int8(torch, model)
+        model = model.to(device)
+        if self._compile:
+            model = torch.compile(model, dynamic=True)
+        self._model = model
+        self._device, self._head = device, spec
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
         import torch
@@ -66,4 +104,4 @@ class TorchBackend:
             raise BackendFailure("torch model not loaded")
 
     def describe(self) -> dict:
-        return {"backend": self.name, "device": self._device, "dtype": self._dtype}
+        return {"backend": self.name, "device": self._device, "dtype": self._dtype, "compiled": self._compile}

@@ -1,0 +1,57 @@
+"""Torch and ONNX precisions/providers: what loads here and the clear refusals for what cannot.
+Parity of each loadable cell with sentence-transformers is the parity matrix (tests/parity/)."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.config import ModelSpec, Settings
+from core.engine import Engine
+from core.errors import InvalidInput
+
+SETTINGS = Settings(threads=2)
+
+
+@pytest.mark.parametrize("kw,message", [
+    ({"dtype": "float16"}, "float16 on CPU is not supported by the torch backend"),
+    ({"dtype": "int8", "device": "cuda"}, "CUDA is not available|int8 .* CPU only"),
+    ({"dtype": "int4"}, "not supported"),
+])
+def test_torch_refusals(minilm_dir, kw, message):
+    with pytest.raises(InvalidInput, match=message):
+        Engine.load(ModelSpec(path=minilm_dir, backend="torch", **kw), SETTINGS)
+
+
+@pytest.mark.parametrize("kw,message", [
+    ({"dtype": "float16"}, "no fp16 ONNX graph.*--fp16"),
+    ({"dtype": "bfloat16"}, "not supported"),
+    ({"device": "cuda"}, r"\['CUDAExecutionProvider'\] are not in this onnxruntime.*onnxruntime-gpu"),
+    ({"providers": ["TensorrtExecutionProvider", "CPUExecutionProvider"]}, "TensorrtExecutionProvider"),
+    ({"dtype": "float16", "device": "cuda"}, "no fp16 ONNX graph"),
+])
+def test_onnx_refusals(minilm_onnx_dir, kw, message):
+    with pytest.raises(InvalidInput, match=message):
+        Engine.load(ModelSpec(path=minilm_onnx_dir, backend="onnx", **kw), SETTINGS)
+
+
+def test_onnx_explicit_cpu_provider_list(minilm_onnx_dir):
+    engine = Engine.load(ModelSpec(path=minilm_onnx_dir, backend="onnx", providers=["CPUExecutionProvider"]),
+                         SETTINGS)
+    assert engine.card()["providers"] == ["CPUExecutionProvider"]
+
+
+def test_torch_int8_quantizes_attention_linears_only(minilm_dir):
+    import torch
+
+    engine = Engine.load(ModelSpec(path=minilm_dir, backend="torch", dtype="int8"), SETTINGS)
+    modules = dict(engine.backend._model.named_modules())
+    quantized = [n for n, m in modules.items() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
+    assert len(quantized) == 6 * 4 + 1  # q, k, v, attention output per layer, and the pooler
+    assert isinstance(modules["encoder.layer.0.intermediate.dense"], torch.nn.Linear)
+    assert engine.card()["dtype"] == "int8"
+
+
+def test_new_spec_fields_validate():
+    assert ModelSpec(path=".", compile=True, providers=["CPUExecutionProvider"]).compile is True
+    with pytest.raises(ValueError):
+        ModelSpec(path=".", providers="CPUExecutionProvider")
