@@ -19,6 +19,10 @@ TaskName = Literal["auto", "embed"]
 BackendName = Literal["auto", "torch", "onnx"]
 
 
+CPU_BATCH_TOKENS = 512
+ACCELERATOR_BATCH_TOKENS = 16384
+
+
 class ModelSpec(BaseModel):
     """One served model. Later features add fields here, never a second way to configure."""
 
@@ -33,13 +37,19 @@ class ModelSpec(BaseModel):
     onnx_file: Path | None = Field(
         default=None, description="ONNX graph to run; default: <path>/onnx/model.onnx or <path>/model.onnx"
     )
-    max_batch_tokens: int = Field(default=16384, gt=0, description="padded tokens per batch")
+    max_batch_tokens: int | None = Field(
+        default=None, gt=0,
+        description="padded tokens per batch; default: 512 on CPU (measured best there), 16384 on accelerators",
+    )
     max_batch_size: int = Field(default=64, gt=0, description="items per batch")
     max_queue_items: int = Field(default=4096, gt=0, description="queued items before 429")
     max_length: int | None = Field(default=None, gt=0, description="override the model's max sequence length")
     threads: int | None = Field(default=None, gt=0, description="runtime threads; default: settings.threads")
     pad_to_multiple_of: int = Field(default=1, gt=0, description="pad batches to a multiple of this")
-    ort_spin: bool = Field(default=False, description="onnx: let ONNX Runtime's threads busy-wait between runs")
+    ort_spin: bool = Field(
+        default=True, description="onnx: let ONNX Runtime's threads busy-wait between runs (its default; "
+        "off frees CPU for other work at some latency cost, see docs/benchmarks.md)",
+    )
     prompts: dict[str, str] = Field(
         default_factory=dict,
         description="named prompts (prompt_name → text), added to config_sentence_transformers.json's",
@@ -55,6 +65,14 @@ class ModelSpec(BaseModel):
     @property
     def served_name(self) -> str:
         return self.name or self.path.name
+
+    @property
+    def batch_tokens(self) -> int:
+        """The token budget in force: ``max_batch_tokens``, else the device's default. On a CPU, per-item
+        throughput falls once a batch passes ~600 padded tokens (cache-bound GEMMs; docs/benchmarks.md)."""
+        if self.max_batch_tokens is not None:
+            return self.max_batch_tokens
+        return CPU_BATCH_TOKENS if self.device == "cpu" else ACCELERATOR_BATCH_TOKENS
 
 
 def default_model_path() -> Path:

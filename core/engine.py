@@ -37,7 +37,7 @@ class Engine:
         self._prep = ThreadPoolExecutor(max_workers=max(1, settings.threads), thread_name_prefix=f"prep-{self.name}")
         self.batcher = Batcher(
             self._run_batch,
-            max_batch_tokens=spec.max_batch_tokens,
+            max_batch_tokens=spec.batch_tokens,
             max_batch_size=backend.max_batch_size or spec.max_batch_size,
             max_queue_items=spec.max_queue_items,
             retry_after_s=settings.retry_after_s,

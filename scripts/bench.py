@@ -87,7 +87,8 @@ class Cell:
 
 async def http_cell(url: str, model: str | None, texts: list[str], kind: str, batch: int, concurrency: int,
                     duration: float, dim: int | None, headers: dict, pid: int | None,
-                    route: str = "/v1/embeddings", token_counts: dict[str, int] | None = None) -> Cell:
+                    route: str = "/v1/embeddings", token_counts: dict[str, int] | None = None,
+                    encoding: str = "base64") -> Cell:
     """Closed loop: ``concurrency`` workers, each sending its next request when the last one is answered.
     aiohttp keeps the load generator cheap (it shares the CPU with the server on a small machine)."""
     import aiohttp
@@ -97,7 +98,7 @@ async def http_cell(url: str, model: str | None, texts: list[str], kind: str, ba
     timeout = aiohttp.ClientTimeout(total=300)
     async with aiohttp.ClientSession(base_url=url, connector=connector, timeout=timeout, headers=headers) as client:
         async def post(chunk):
-            async with client.post(route, json={"input": chunk, "model": model}) as r:
+            async with client.post(route, json={"input": chunk, "model": model, "encoding_format": encoding}) as r:
                 return r.status, await r.read()
 
         await asyncio.gather(*(post(texts[:batch]) for _ in range(concurrency)))  # warm-up, one per connection
@@ -129,16 +130,23 @@ async def http_cell(url: str, model: str | None, texts: list[str], kind: str, ba
 
 
 def verify(status: int, body: bytes, count: int, dim: int | None) -> bool:
-    """A 200 with ``count`` embeddings in order, of the expected dimension, all finite."""
+    """A 200 with ``count`` embeddings in order, of the expected dimension, all finite (float lists or
+    base64 little-endian float32, as the OpenAI SDK asks by default)."""
+    import base64
+
+    import numpy as np
+
     if status != 200:
         return False
     data = json.loads(body)["data"]
     if len(data) != count or [d["index"] for d in data] != list(range(count)):
         return False
-    import math
-
-    return all((dim is None or len(d["embedding"]) == dim) and all(math.isfinite(x) for x in d["embedding"])
-               for d in data)
+    for d in data:
+        emb = d["embedding"]
+        vec = np.frombuffer(base64.b64decode(emb), dtype="<f4") if isinstance(emb, str) else np.asarray(emb)
+        if (dim is not None and vec.shape != (dim,)) or not np.isfinite(vec).all():
+            return False
+    return True
 
 
 def token_counts_for(model_path: Path, texts: list[str]) -> dict[str, int]:
@@ -294,6 +302,8 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--no-inprocess", action="store_true")
+    p.add_argument("--encoding", choices=["base64", "float"], default="base64",
+                   help="encoding_format asked for (the OpenAI SDK asks base64 by default)")
     p.add_argument("--json", type=Path, help="also write the results here")
     args = p.parse_args()
 
@@ -334,7 +344,8 @@ def main() -> int:
             for batch in batches:
                 for conc in concurrencies:
                     cell = asyncio.run(http_cell(url, args.served_name, texts, kind, batch, conc, args.duration,
-                                                 dim, headers, proc.pid if proc else None, token_counts=counts))
+                                                 dim, headers, proc.pid if proc else None, token_counts=counts,
+                                                 encoding=args.encoding))
                     cells.append(cell.row())
                     print(json.dumps(cells[-1]), flush=True)
         result["http"] = cells

@@ -163,7 +163,7 @@ async def tei_info(request: Request) -> Response:
         "model_type": _model_type(engine),
         "max_concurrent_requests": spec.max_queue_items,
         "max_input_length": engine.task.info.max_length,
-        "max_batch_tokens": spec.max_batch_tokens,
+        "max_batch_tokens": spec.batch_tokens,
         "max_batch_requests": spec.max_batch_size,
         "max_client_batch_size": settings.max_items_per_request,
         "auto_truncate": True,
