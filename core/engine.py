@@ -66,11 +66,17 @@ class Engine:
     # serving ---------------------------------------------------------------------------------
     async def __call__(self, request: Any, *, deadline: float | None = None) -> Any:
         """prepare (worker thread) → batch (inference thread) → finish."""
-        loop = asyncio.get_running_loop()
-        items = await loop.run_in_executor(self._prep, self.task.prepare, request)
+        if self._inline(request):  # cheaper than a thread hop: tokenize a few short texts on the loop
+            items = self.task.prepare(request)
+        else:
+            items = await asyncio.get_running_loop().run_in_executor(self._prep, self.task.prepare, request)
         group = self.task.batch_group(request) if hasattr(self.task, "batch_group") else None
         results = await self.batcher.submit(items, costs=[it.cost for it in items], deadline=deadline, group=group)
         return self.task.finish(request, items, results)
+
+    def _inline(self, request: Any) -> bool:
+        inline = getattr(self.task, "prepare_inline", None)
+        return inline is not None and inline(request)
 
     def run_sync(self, request: Any) -> Any:
         """The same path without the batcher (benchmarks and parity tests: the in-process reference)."""

@@ -10,6 +10,7 @@ import numpy as np
 from core.config import ModelSpec
 from core.errors import InvalidInput
 from core.loading import ModelInfo
+from core.tasks.base import INLINE_PREPARE_CHARS
 from core.tasks.prompts import resolve_prompt
 from core.tokenization import Encoded, TextTokenizer, pad_batch
 
@@ -73,6 +74,10 @@ class EmbedTask:
         self.pad_multiple = spec.pad_to_multiple_of
 
     # worker thread
+    def prepare_inline(self, request: EmbedRequest) -> bool:
+        texts = request.texts
+        return texts is not None and request.modality == "text" and sum(map(len, texts)) <= INLINE_PREPARE_CHARS
+
     def prepare(self, request: EmbedRequest) -> list[Encoded]:
         if request.modality not in self.modalities:
             raise InvalidInput(
