@@ -15,8 +15,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-TaskName = Literal["auto", "embed"]
-BackendName = Literal["auto", "torch", "onnx"]
 
 
 CPU_BATCH_TOKENS = 512
@@ -56,6 +54,9 @@ class ModelSpec(BaseModel):
     )
     default_prompt_name: str | None = Field(
         default=None, description="prompt used when a request names none; default: the model's own"
+    )
+    embedding_dtype: Literal["float", "int8", "uint8", "binary", "ubinary"] = Field(
+        default="float", description="default embedding_type of /v1/embeddings answers (Infinity's --embedding-dtype)"
     )
     compile: bool = Field(default=False, description="torch backend: run the model through torch.compile")
     providers: list[str] | None = Field(

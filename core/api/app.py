@@ -152,6 +152,7 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
     app.state.registry = registry
     app.state.metrics = metrics
     app.state.draining = False
+    app.state.calibrations = {}  # served name → core.quantize.Calibrations
     app.include_router(router)
 
     @app.exception_handler(TesseraError)

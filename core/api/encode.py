@@ -19,8 +19,9 @@ def encode_vector(vector: np.ndarray, encoding_format: str):
     A 2-D array (a multi-vector item) becomes a list of vectors, each encoded the same way."""
     if encoding_format == "base64" and vector.ndim == 2:
         return [encode_vector(row, encoding_format) for row in vector]
-    if encoding_format == "base64":
-        return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
+    if encoding_format == "base64":  # float32 little-endian; quantized types: their own bytes
+        raw = vector if vector.dtype in (np.int8, np.uint8) else np.ascontiguousarray(vector, dtype="<f4")
+        return base64.b64encode(raw.tobytes()).decode("ascii")
     return vector
 
 

@@ -32,6 +32,11 @@ class EmbeddingRequest(_Request):
     )
     prompt: str | None = Field(default=None, description="literal prompt prepended to each input (wins over prompt_name)")
     prompt_name: str | None = Field(default=None, description="a named prompt of the model (see /v1/models 'prompts')")
+    embedding_type: Literal["float", "int8", "uint8", "binary", "ubinary"] | None = Field(
+        default=None,
+        description="quantized output (sentence-transformers' quantize_embeddings); default: the model's "
+        "embedding_dtype setting (float). int8/uint8 are calibrated once per model on fixed texts",
+    )
     input_type: str | None = Field(
         default=None, description="multi-vector models: 'query' or 'document' (default); Cohere's search_query/search_document too"
     )

@@ -10,6 +10,7 @@ from core.api.encode import dumps, embedding_list
 from core.api.routes.common import JSONBytes, deadline_for, registry_of, serve_until_disconnect, settings_of
 from core.config import Settings
 from core.errors import InvalidInput, TooLarge
+from core.quantize import CALIBRATION_TEXTS, Calibrations, quantize
 from core.tasks.embed import EmbedRequest
 
 router = APIRouter()
@@ -83,4 +84,28 @@ async def create_embeddings(body: protocol.EmbeddingRequest, request: Request) -
     deadline = deadline_for(request, settings)
     task_request = embed_request(body, settings, deadline)
     result = await serve_until_disconnect(request, engine(task_request, deadline=deadline))
-    return JSONBytes(dumps(embedding_list(result.vectors, body.encoding_format, engine.name, result.prompt_tokens)))
+    vectors = result.vectors
+    embedding_type = body.embedding_type or engine.spec.embedding_dtype
+    if embedding_type != "float":
+        vectors = await quantized(request, engine, task_request, vectors, embedding_type, deadline)
+    return JSONBytes(dumps(embedding_list(vectors, body.encoding_format, engine.name, result.prompt_tokens)))
+
+
+async def quantized(request: Request, engine, task_request: EmbedRequest, vectors, embedding_type: str,
+                    deadline: float):
+    """``embedding_type`` int8/uint8/binary/ubinary (core/quantize.py); int8/uint8 calibrated per model."""
+    if isinstance(vectors, list):
+        raise InvalidInput(f"embedding_type {embedding_type!r} is offered for single-vector models only; "
+                           f"{engine.name!r} returns multi-vector embeddings", param="embedding_type")
+    ranges = None
+    if embedding_type in ("int8", "uint8"):
+        calibrations = request.app.state.calibrations.setdefault(engine.name, Calibrations())
+        key = (task_request.dimensions, task_request.normalize)
+
+        async def embed_calibration_set():
+            calib = EmbedRequest(texts=list(CALIBRATION_TEXTS), dimensions=task_request.dimensions,
+                                 normalize=task_request.normalize)
+            return (await engine(calib, deadline=deadline)).vectors
+
+        ranges = await calibrations.ranges(key, embed_calibration_set)
+    return quantize(vectors, embedding_type, ranges)
