@@ -69,5 +69,6 @@ def main(argv: list[str] | None = None) -> int:
 
     configure_logging(settings.log_level)
     uvicorn.run(create_app(settings), host=settings.host, port=int(settings.port), loop="auto", http="auto",
-                access_log=False, log_level=settings.log_level)
+                access_log=False, log_level=settings.log_level,
+                timeout_graceful_shutdown=int(settings.shutdown_grace_s) or None)
     return 0

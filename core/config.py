@@ -55,6 +55,9 @@ class ModelSpec(BaseModel):
     default_prompt_name: str | None = Field(
         default=None, description="prompt used when a request names none; default: the model's own"
     )
+    trust_remote_code: bool = Field(
+        default=False, description="allow the folder's own Python code (config auto_map); off: such folders are refused"
+    )
     embedding_dtype: Literal["float", "int8", "uint8", "binary", "ubinary"] = Field(
         default="float", description="default embedding_type of /v1/embeddings answers (Infinity's --embedding-dtype)"
     )
@@ -137,6 +140,15 @@ class Settings(BaseSettings):
     max_chars_per_item: int = Field(default=100_000, gt=0, description="characters per text input (413)")
     retry_after_s: int = Field(default=1, ge=0, description="Retry-After sent with 429")
     log_level: str = Field(default="info", description="logging level")
+    api_keys_file: Path | None = Field(
+        default=None, description="file with more API keys, one per line (e.g. a mounted secret)"
+    )
+    metrics_public: bool = Field(default=False, description="serve /metrics without an API key")
+    max_inflight_requests: int = Field(default=512, gt=0, description="requests in progress before 429")
+    max_tokens_per_request: int = Field(default=262_144, gt=0, description="tokens in one request (413)")
+    shutdown_grace_s: float = Field(
+        default=25.0, ge=0, description="on SIGTERM: time for in-flight work to finish (new work gets 503)"
+    )
     # media input (image/audio embeddings; see core/media.py)
     media_max_bytes: int = Field(default=10 * 1024 * 1024, gt=0, description="bytes per image/audio input")
     media_max_pixels: int = Field(default=25_000_000, gt=0, description="pixels per image (width x height)")
@@ -164,6 +176,13 @@ class Settings(BaseSettings):
         if dupes:
             raise ValueError(f"served model names must be unique: {dupes}")
         return self
+
+    def all_api_keys(self) -> list[str]:
+        """``api_keys`` plus the non-empty lines of ``api_keys_file`` (read once, at start-up)."""
+        keys = list(self.api_keys)
+        if self.api_keys_file is not None:
+            keys += [line.strip() for line in Path(self.api_keys_file).read_text().splitlines() if line.strip()]
+        return keys
 
     def model_specs(self) -> list[ModelSpec]:
         """The configured models, or the embedded default model when none is configured."""

@@ -14,7 +14,7 @@ from core.backends.base import Backend
 from core.backends.registry import create_backend
 from core.batching import Batcher, BatchStats
 from core.config import ModelSpec, Settings
-from core.errors import ModelNotFound, NotReady, TesseraError, Unsupported
+from core.errors import ModelNotFound, NotReady, OutOfMemory, TesseraError, TooLarge, Unsupported
 from core.loading import detect_task, read_model_info
 from core.metrics import Metrics
 from core.tasks import create_task
@@ -33,6 +33,7 @@ class Engine:
         self.backend = backend
         self.metrics = metrics
         self.consecutive_failures = 0
+        self.max_tokens_per_request = settings.max_tokens_per_request
         self.last_error: str | None = None
         self._prep = ThreadPoolExecutor(max_workers=max(1, settings.threads), thread_name_prefix=f"prep-{self.name}")
         self.batcher = Batcher(
@@ -53,6 +54,11 @@ class Engine:
         """Read the folder, build the task, load the backend (blocking: call from a thread at start-up)."""
         backend = create_backend(spec)
         info = read_model_info(spec.path, max_length=spec.max_length)
+        if info.config.get("auto_map") and not spec.trust_remote_code:
+            raise Unsupported(
+                f"model {spec.served_name!r}: its config.json names custom Python code (auto_map), which is not "
+                "run unless the model's spec sets trust_remote_code: true"
+            )
         # a static-shape backend (Neuron buckets) caps the length the tokenizer truncates/refuses at
         limit = getattr(backend, "max_sequence_length", None)
         if limit and info.max_length > limit:
@@ -71,7 +77,11 @@ class Engine:
         else:
             items = await asyncio.get_running_loop().run_in_executor(self._prep, self.task.prepare, request)
         group = self.task.batch_group(request) if hasattr(self.task, "batch_group") else None
-        results = await self.batcher.submit(items, costs=[it.cost for it in items], deadline=deadline, group=group)
+        costs = [it.cost for it in items]
+        if sum(costs) > self.max_tokens_per_request:
+            raise TooLarge(f"the request holds {sum(costs)} tokens; the limit is {self.max_tokens_per_request}",
+                           code="too_many_tokens")
+        results = await self.batcher.submit(items, costs=costs, deadline=deadline, group=group)
         return self.task.finish(request, items, results)
 
     def _inline(self, request: Any) -> bool:
@@ -84,8 +94,17 @@ class Engine:
         return self.task.finish(request, items, self._run_batch(items))
 
     def _run_batch(self, items: list) -> list:
-        inputs = self.task.collate(items)
-        outputs = self.backend.run(inputs)
+        """One batch through collate → backend → postprocess; out of memory, the batch is retried in
+        halves (down to single items, which then fail alone)."""
+        try:
+            inputs = self.task.collate(items)
+            outputs = self.backend.run(inputs)
+        except (OutOfMemory, MemoryError) as exc:
+            if len(items) == 1:
+                raise OutOfMemory(f"out of memory on a single item: {exc}") from exc
+            log.warning("out of memory on a batch of %d on %s: retrying in halves", len(items), self.name)
+            half = len(items) // 2
+            return self._run_batch(items[:half]) + self._run_batch(items[half:])
         return self.task.postprocess(outputs, items)
 
     # health ----------------------------------------------------------------------------------

@@ -76,6 +76,12 @@ class BackendFailure(TesseraError):
     status, type, code = 500, "server_error", "backend_failure"
 
 
+class OutOfMemory(BackendFailure):
+    """The runtime ran out of memory on a batch; the engine retries it in halves before failing it."""
+
+    code = "out_of_memory"
+
+
 class Timeout(TesseraError):
     status, type, code = 504, "timeout_error", "deadline_exceeded"
 

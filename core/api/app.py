@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import signal
+import threading
 import time
 from contextlib import asynccontextmanager
+from typing import Callable
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -23,6 +26,8 @@ from core.errors import (
     InvalidInput,
     MethodNotAllowed,
     NotFound,
+    NotReady,
+    Overloaded,
     TesseraError,
     TooLarge,
     Unauthorized,
@@ -33,7 +38,9 @@ from core.metrics import Metrics
 log = logging.getLogger("tessera")
 
 #: routes reachable without an API key
-OPEN_PATHS = frozenset({"/health"})
+OPEN_PATHS = frozenset({"/health", "/ping"})  # /ping: SageMaker's health check sends no key
+#: routes that are not work: no in-flight cap, still answered while draining
+SERVICE_PATHS = frozenset({"/health", "/ready", "/ping", "/metrics"})
 
 
 def error_response(exc: TesseraError) -> Response:
@@ -57,14 +64,19 @@ def _validation_error(exc: RequestValidationError) -> TesseraError:
 class Gate:
     """Pure-ASGI middleware: API keys, body-size limit, request metrics. Cheap on the hot path."""
 
-    def __init__(self, app: ASGIApp, *, settings: Settings, metrics: Metrics):
+    def __init__(self, app: ASGIApp, *, settings: Settings, metrics: Metrics, state):
         self.app = app
-        self.keys = [k.encode() for k in settings.api_keys]
+        self.keys = [k.encode() for k in settings.all_api_keys()]
+        self.open_paths = OPEN_PATHS | ({"/metrics"} if settings.metrics_public else set())
         self.max_bytes = settings.max_request_bytes
+        self.max_inflight = settings.max_inflight_requests
+        self.retry_after = settings.retry_after_s
         self.metrics = metrics
+        self.state = state  # app.state: .draining is set on SIGTERM
+        self.inflight = 0
 
     def _authorized(self, scope: Scope) -> bool:
-        if not self.keys or scope["path"] in OPEN_PATHS:
+        if not self.keys or scope["path"] in self.open_paths:
             return True
         token = b""
         for name, value in scope.get("headers", ()):
@@ -98,14 +110,32 @@ class Gate:
                     scope, receive, send_wrapper
                 )
                 return
-            length = next((v for k, v in scope.get("headers", ()) if k == b"content-length"), None)
-            if length is not None and length.isdigit() and int(length) > self.max_bytes:
-                await error_response(self._too_large())(scope, receive, send_wrapper)
+            if scope["path"] in SERVICE_PATHS:
+                await self.app(scope, receive, send_wrapper)
                 return
-            await self.app(scope, self._limited(receive), send_wrapper)
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                await error_response(refusal)(scope, receive, send_wrapper)
+                return
+            self.inflight += 1
+            try:
+                await self.app(scope, self._limited(receive), send_wrapper)
+            finally:
+                self.inflight -= 1
         finally:
             route = scope.get("route")
             self.metrics.observe_request(getattr(route, "path", "unmatched"), status, time.perf_counter() - started)
+
+    def _refusal(self, scope: Scope) -> TesseraError | None:
+        if self.state.draining:
+            return NotReady("server is shutting down; retry on another instance")
+        if self.inflight >= self.max_inflight:
+            return Overloaded(f"{self.inflight} requests in progress (limit {self.max_inflight}); retry later",
+                              retry_after=self.retry_after)
+        length = next((v for k, v in scope.get("headers", ()) if k == b"content-length"), None)
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            return self._too_large()
+        return None
 
     def _too_large(self) -> TooLarge:
         return TooLarge(f"request body exceeds {self.max_bytes} bytes", code="body_too_large")
@@ -125,6 +155,29 @@ class Gate:
         return wrapped
 
 
+def drain_on_sigterm(state) -> Callable[[], None]:
+    """Chain a SIGTERM handler that marks the app draining (new work → 503) ahead of the server's own
+    (uvicorn's, which stops accepting connections and lets in-flight requests finish). Returns the undo."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def handler(signum, frame):
+        state.draining = True
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:
+            raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+    def restore() -> None:
+        if signal.getsignal(signal.SIGTERM) is handler:
+            signal.signal(signal.SIGTERM, previous)
+
+    return restore
+
+
 def create_app(settings: Settings, registry: Registry | None = None, *, metrics: Metrics | None = None) -> FastAPI:
     """Build the app. With ``registry`` given (Lambda: built at init), the lifespan only starts batchers;
     otherwise the lifespan loads the models from ``settings`` in a worker thread."""
@@ -135,11 +188,13 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
         if app.state.registry is None:
             app.state.registry = await asyncio.to_thread(Registry.from_settings, settings, metrics)
         await app.state.registry.start()
+        restore = drain_on_sigterm(app.state)
         try:
             yield
         finally:
             app.state.draining = True
-            await app.state.registry.stop(drain=True, timeout=settings.request_timeout_s)
+            restore()
+            await app.state.registry.stop(drain=True, timeout=settings.shutdown_grace_s)
 
     app = FastAPI(
         title="Tessera",
@@ -181,5 +236,5 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(TesseraError(f"internal error ({type(exc).__name__})"))
 
-    app.add_middleware(Gate, settings=settings, metrics=metrics)
+    app.add_middleware(Gate, settings=settings, metrics=metrics, state=app.state)
     return app

@@ -9,7 +9,7 @@ import numpy as np
 
 from core.backends.heads import get_head
 from core.config import ModelSpec
-from core.errors import BackendFailure, InvalidInput, require
+from core.errors import BackendFailure, InvalidInput, OutOfMemory, require
 
 
 
@@ -54,6 +54,7 @@ class OnnxBackend:
         self._onnx_file = onnx_file
         self._requested = providers
         self._spin = spin
+        self._runtime_error: type[Exception] = RuntimeError
         self._session = None
         self._inputs: frozenset[str] = frozenset()
         self._outputs: list[str] = []
@@ -62,6 +63,9 @@ class OnnxBackend:
 
     def load(self, model_dir: Path, *, head: str, device: str, dtype: str, threads: int) -> None:
         ort = require("onnxruntime", "onnx")
+        from onnxruntime.capi.onnxruntime_pybind11_state import RuntimeException
+
+        self._runtime_error = RuntimeException
         if dtype not in ONNX_DTYPES:
             raise InvalidInput(f"onnx backend: dtype {dtype!r} not supported; use one of {sorted(ONNX_DTYPES)}")
         if dtype in ("float16", "fp16") and self._onnx_file is None:
@@ -95,7 +99,12 @@ class OnnxBackend:
         if self._session is None:
             raise BackendFailure("onnx backend used before load()")
         feeds = {k: v for k, v in inputs.items() if k in self._inputs}
-        results = self._session.run(self._outputs, feeds)
+        try:
+            results = self._session.run(self._outputs, feeds)
+        except self._runtime_error as exc:  # an allocation failure is retried in halves by the engine
+            if "alloc" in str(exc).lower():
+                raise OutOfMemory(f"onnxruntime: {exc}") from exc
+            raise
         return {name: out if out.dtype == np.float32 else out.astype(np.float32)
                 for name, out in zip(self._outputs, results)}
 

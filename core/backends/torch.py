@@ -18,7 +18,7 @@ import numpy as np
 
 from core.backends.heads import Head, get_head
 from core.config import ModelSpec
-from core.errors import BackendFailure, InvalidInput, require
+from core.errors import BackendFailure, InvalidInput, OutOfMemory, require
 
 _DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
            "bfloat16": "bfloat16", "bf16": "bfloat16", "int8": "int8", "qint8": "int8"}
@@ -48,10 +48,11 @@ class TorchBackend:
 
     @classmethod
     def from_spec(cls, spec: ModelSpec) -> "TorchBackend":
-        return cls(compile=spec.compile)
+        return cls(compile=spec.compile, trust_remote_code=spec.trust_remote_code)
 
-    def __init__(self, compile: bool = False) -> None:
+    def __init__(self, compile: bool = False, trust_remote_code: bool = False) -> None:
         self._compile = compile
+        self._trust_remote_code = trust_remote_code
         self._model = None
         self._device = "cpu"
         self._dtype = "float32"
@@ -76,7 +77,7 @@ class TorchBackend:
         torch.set_num_threads(threads)
         auto = getattr(transformers, spec.auto_class)
         load_dtype = torch.float32 if self._dtype == "int8" else getattr(torch, self._dtype)
-        model = auto.from_pretrained(str(model_dir), dtype=load_dtype)
+        model = auto.from_pretrained(str(model_dir), dtype=load_dtype, trust_remote_code=self._trust_remote_code)
         model.eval()
         import inspect
 
@@ -95,8 +96,11 @@ class TorchBackend:
         if self._model is None:
             raise BackendFailure("torch backend used before load()")
         feeds = {k: torch.from_numpy(v).to(self._device) for k, v in inputs.items() if k in self._accepts}
-        with torch.inference_mode():
-            out = self._head.call(self._model, feeds)
+        try:
+            with torch.inference_mode():
+                out = self._head.call(self._model, feeds)
+        except torch.OutOfMemoryError as exc:
+            raise OutOfMemory(f"torch: {exc}") from exc
         return {k: v.float().cpu().numpy() for k, v in out.items()}
 
     def health(self) -> None:
