@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -92,36 +93,34 @@ def stack_exists(cfn, stack_name: str) -> bool:
     return bool(stacks) and stacks[0]["StackStatus"] != "DELETE_COMPLETE"
 
 
-def create_or_update(cfn, request: dict[str, Any], out: TextIO) -> str | None:
-    """Start the change; returns "create"/"update", or None when the stack is already up to date."""
+def create_or_update(cfn, request: dict[str, Any], out: TextIO) -> tuple[str | None, set[str]]:
+    """Start the change. Returns ("create" | "update" | None when already up to date, the ids of the
+    stack's events from before the change, which the progress display skips)."""
     from botocore.exceptions import ClientError
 
     if not stack_exists(cfn, request["StackName"]):
         cfn.create_stack(**request, OnFailure="ROLLBACK")
         print(f"creating stack {request['StackName']}", file=out)
-        return "create"
+        return "create", set()
+    before = {e["EventId"] for e in cfn.describe_stack_events(StackName=request["StackName"])["StackEvents"]}
     try:
         cfn.update_stack(**request)
     except ClientError as exc:
         if "No updates are to be performed" in exc.response.get("Error", {}).get("Message", ""):
             print(f"stack {request['StackName']} is up to date", file=out)
-            return None
+            return None, before
         raise
     print(f"updating stack {request['StackName']}", file=out)
-    return "update"
+    return "update", before
 
 
-def wait_for_stack(cfn, stack_name: str, out: TextIO, *, poll_s: float = 5.0, timeout_s: float = 3600,
-                   sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
-    """Poll until the stack settles, printing each new event once; returns the stack description."""
-    seen: set[str] = set()
+def wait_for_stack(cfn, stack_name: str, out: TextIO, *, seen: set[str] | None = None, poll_s: float = 5.0,
+                   timeout_s: float = 3600, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """Poll until the stack settles, printing each new event once (oldest first); returns the stack."""
+    seen = set(seen or ())
     started = time.monotonic()
-    first = True
     while True:
         events = cfn.describe_stack_events(StackName=stack_name)["StackEvents"]  # newest first
-        if first:  # only the events of this operation: skip the history before it
-            seen.update(e["EventId"] for e in events[1:])
-            first = False
         for event in reversed(events):
             if event["EventId"] in seen:
                 continue
@@ -166,8 +165,8 @@ def deploy_stack(platform: str, cfn, request: dict[str, Any], out: TextIO, *, sm
                  sleep: Callable[[float], None] = time.sleep) -> dict[str, str]:
     """Create/update the stack, wait, (SageMaker) wait for InService; returns the stack Outputs."""
     name = request["StackName"]
-    change = create_or_update(cfn, request, out)
-    stack = (wait_for_stack(cfn, name, out, poll_s=poll_s, sleep=sleep) if change
+    change, before = create_or_update(cfn, request, out)
+    stack = (wait_for_stack(cfn, name, out, seen=before, poll_s=poll_s, sleep=sleep) if change
              else cfn.describe_stacks(StackName=name)["Stacks"][0])
     result = outputs(stack)
     if platform == "sagemaker":
@@ -190,7 +189,8 @@ def dry_run_stack(platform: str, request: dict[str, Any], out: TextIO) -> None:
     name = {"StackName": request["StackName"]}
     show_call(out, "cloudformation", "describe_stacks", name)
     show_call(out, "cloudformation", "create_stack", {**request, "OnFailure": "ROLLBACK"})
-    print("  (update_stack with the same arguments, without OnFailure, when the stack exists)", file=out)
+    print("  (when the stack exists: describe_stack_events, then update_stack with the same arguments "
+          "without OnFailure)", file=out)
     show_call(out, "cloudformation", "describe_stack_events", name)
     show_call(out, "cloudformation", "describe_stacks", name)
     print("  (both repeated until the stack is *_COMPLETE; then its Outputs are printed)", file=out)
@@ -228,11 +228,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, out: TextIO = sys.stdout, *, clients=None,
-         run: Callable[..., Any] = subprocess.run, environ: dict[str, str] | None = None) -> int:
+         sleep: Callable[[float], None] = time.sleep, environ: dict[str, str] | None = None) -> int:
     """``clients``: a (cloudformation, sagemaker) pair to use instead of boto3's (the tests' stubs)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     environ = dict(os.environ if environ is None else environ)
+    aws_errors: tuple[type[Exception], ...] = ()
+    if args.platform != "modal" and not args.dry_run:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        aws_errors = (BotoCoreError, ClientError)
     try:
         if args.platform == "modal":
             command, env = modal_command(parse_pairs(args.env, "--env"), environ)
@@ -241,7 +246,9 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout, *, clients=Non
             print(f"{shown} {' '.join(command)}".strip(), file=out)
             if args.dry_run:
                 return 0
-            return run(command, env=env, cwd=ROOT, check=False).returncode
+            if shutil.which("modal", path=env.get("PATH")) is None:
+                raise DeployError("the modal CLI is not on PATH: pip install 'tessera[modal]', then modal token new")
+            return subprocess.run(command, env=env, cwd=ROOT, check=False).returncode
 
         params = load_params_file(args.params_file) if args.params_file else {}
         if args.platform == "lambda" and args.image_uri:
@@ -263,8 +270,8 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout, *, clients=Non
             session = boto3.session.Session(region_name=args.region)
             clients = (session.client("cloudformation"), session.client("sagemaker"))
         cfn, sm = clients
-        result = deploy_stack(args.platform, cfn, request, out, sm=sm, poll_s=args.poll)
-    except (DeployError, ValueError) as exc:
+        result = deploy_stack(args.platform, cfn, request, out, sm=sm, poll_s=args.poll, sleep=sleep)
+    except (DeployError, ValueError, *aws_errors) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     for key, value in result.items():

@@ -99,9 +99,10 @@ class Progress:
 
 
 def upload(client, tarball: Path, bucket: str, key: str, *,
-           callback: Callable[[int], None] | None = None) -> str:
-    """Upload with the S3 client's managed transfer (multipart above 8 MB); returns the s3:// URL."""
-    client.upload_file(str(tarball), bucket, key,
+           callback: Callable[[int], None] | None = None, config=None) -> str:
+    """Upload with the S3 client's managed transfer (multipart above 8 MB, or ``config``, a
+    ``boto3.s3.transfer.TransferConfig``); returns the s3:// URL."""
+    client.upload_file(str(tarball), bucket, key, Config=config,
                        Callback=callback or Progress(tarball.stat().st_size, label=f"s3://{bucket}/{key}"))
     return f"s3://{bucket}/{key}"
 
