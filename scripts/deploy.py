@@ -4,7 +4,7 @@
     python scripts/deploy.py lambda    --image-uri URI [--stack-name tessera] [--param Key=Value ...]
     python scripts/deploy.py sagemaker --bucket BUCKET [--params-file infra/sagemaker/params-cuda.json]
                                        [--stack-name tessera-sm] [--param Key=Value ...]
-    python scripts/deploy.py modal     [--env TESSERA_MODAL_GPU=L4 ...]
+    python scripts/deploy.py modal     [--env-file infra/modal/tessera.env] [--env TESSERA_MODAL_GPU=L4 ...]
     ... --dry-run     print every AWS call (and the modal command) instead of making it; no credentials needed
 
 lambda / sagemaker: one CloudFormation stack from infra/ (``create_stack`` when it does not exist, else
@@ -199,6 +199,20 @@ def dry_run_stack(platform: str, request: dict[str, Any], out: TextIO) -> None:
         print("  (repeated until EndpointStatus is InService)", file=out)
 
 
+def read_env_file(path: Path) -> dict[str, str]:
+    """``KEY=VALUE`` lines; blank lines and ``#`` comments skipped; values taken literally (no quotes)."""
+    values = {}
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{path}:{number}: expected KEY=VALUE")
+        values[key.strip()] = value.strip()
+    return values
+
+
 def modal_command(env_pairs: dict[str, str], environ: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     env = {**environ, **env_pairs}
     return ["modal", "deploy", MODAL_APP], env
@@ -221,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.choices["lambda"].add_argument("--image-uri", help="ECR image (the ImageUri parameter)")
     sub.choices["sagemaker"].add_argument("--bucket", help="model bucket (the ModelBucket parameter)")
     m = sub.add_parser("modal")
+    m.add_argument("--env-file", type=Path, help="KEY=VALUE lines, e.g. infra/modal/tessera.env.example")
     m.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="TESSERA_MODAL_* / TESSERA_MODELS for this deploy (see docs/deploy.md)")
     m.add_argument("--dry-run", action="store_true")
@@ -240,7 +255,9 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout, *, clients=Non
         aws_errors = (BotoCoreError, ClientError)
     try:
         if args.platform == "modal":
-            command, env = modal_command(parse_pairs(args.env, "--env"), environ)
+            pairs = read_env_file(args.env_file) if args.env_file else {}
+            pairs.update(parse_pairs(args.env, "--env"))
+            command, env = modal_command(pairs, environ)
             shown = " ".join(f"{k}={'****' if k == 'TESSERA_API_KEYS' else repr(v)}"
                              for k, v in sorted(env.items()) if k.startswith("TESSERA_"))
             print(f"{shown} {' '.join(command)}".strip(), file=out)

@@ -7,6 +7,7 @@ import datetime as dt
 import io
 import json
 import os
+import re
 import stat
 
 import pytest
@@ -254,3 +255,32 @@ def test_modal_dry_run_and_missing_cli(deploy, tmp_path, capsys):
     assert out.getvalue().strip() == "TESSERA_MODAL_MIN_CONTAINERS='1' modal deploy adapters/modal/app.py"
     assert deploy.main(["modal"], out=io.StringIO(), environ={"PATH": str(tmp_path)}) == 1
     assert "modal CLI is not on PATH" in capsys.readouterr().err
+
+
+def test_modal_env_file_drives_the_app_config(deploy, tmp_path):
+    """The example env file, through deploy.py's reader, sets the values adapters/modal/app.py reads at
+    import (checked by importing it in a fresh process with that environment; no Modal credentials)."""
+    import subprocess
+    import sys
+
+    example = ROOT / "infra/modal/tessera.env.example"
+    values = deploy.read_env_file(example)
+    import ast
+
+    docstring = ast.get_docstring(ast.parse((ROOT / "adapters/modal/app.py").read_text()))
+    documented = set(re.findall(r"TESSERA_[A-Z_]+", docstring))
+    assert set(values) == documented
+    values.update(TESSERA_MODAL_GPU="A10G,L4", TESSERA_MODAL_MIN_CONTAINERS="1", TESSERA_MODAL_MAX_CONTAINERS="9")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), **values}
+    probe = ("import importlib.util, json; s = importlib.util.spec_from_file_location('m', 'adapters/modal/app.py'); "
+             "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); "
+             "print(json.dumps([m.GPUS, m.MIN_CONTAINERS, m.MAX_CONTAINERS, m.SCALEDOWN_S, m.MAX_INPUTS, "
+             "m.VOLUME_NAME, json.loads(m.MODELS)[0]['dtype'], m.CONTAINER_ENV['TESSERA_API_KEYS']]))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [
+        ["A10G", "L4"], 1, 9, 300, 64, "tessera-models", "float16", '["change-me"]']
+    with pytest.raises(ValueError, match="expected KEY=VALUE"):
+        bad = tmp_path / "bad.env"
+        bad.write_text("# ok\nNOT A PAIR\n")
+        deploy.read_env_file(bad)
