@@ -284,3 +284,25 @@ def test_modal_env_file_drives_the_app_config(deploy, tmp_path):
         bad = tmp_path / "bad.env"
         bad.write_text("# ok\nNOT A PAIR\n")
         deploy.read_env_file(bad)
+
+
+def test_invoke_sagemaker_names_the_inference_component(fake_aws):
+    """scripts/invoke_sagemaker.py --inference-component: the InferenceComponentName parameter is sent."""
+    import boto3
+
+    script = load_script("invoke_sagemaker")
+    client = boto3.client("sagemaker-runtime", region_name="us-east-1")
+    body = {"input": ["a"]}
+    answer = json.dumps({"object": "list", "data": []}).encode()
+    from botocore.response import StreamingBody
+
+    with Stubber(client) as stub:
+        stub.add_response("invoke_endpoint", {"Body": StreamingBody(io.BytesIO(answer), len(answer)),
+                                              "ContentType": "application/json"},
+                          {"EndpointName": "tessera-sm", "InferenceComponentName": "tessera-sm-model",
+                           "Body": json.dumps(body, separators=(",", ":")).encode(), "ContentType": "application/json",
+                           "Accept": "application/json", "CustomAttributes": "route=embeddings"})
+        assert script.invoke(client, "tessera-sm", body, inference_component="tessera-sm-model") == {
+            "object": "list", "data": []}
+        stub.assert_no_pending_responses()
+    assert "InferenceComponentName" not in script.request_params("e", body)

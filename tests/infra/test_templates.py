@@ -274,7 +274,7 @@ def sam_cli() -> str | None:
     return os.environ.get("TESSERA_SAM_CLI") or shutil.which("sam")
 
 
-@pytest.mark.skipif(sam_cli() is None, reason="aws-sam-cli not installed (it pins pydantic<2.14, so it is not in "
+@pytest.mark.skipif(sam_cli() is None, reason="aws-sam-cli not installed (it pins pydantic~=2.13 and boto3==1.43.108, so it is not in "
                     "the dev extra; install it in its own venv and set TESSERA_SAM_CLI=/path/to/sam)")
 def test_sam_validate_lint_offline(tmp_path):
     """`sam validate --lint` with no credentials, no region and telemetry off (no network needed)."""

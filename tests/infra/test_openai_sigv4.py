@@ -1,4 +1,4 @@
-"""scripts/function_url_client.py: SigV4 signing for AWS_IAM function URLs, and the OpenAI SDK through
+"""scripts/openai_sigv4.py: SigV4 signing for AWS_IAM function URLs, and the OpenAI SDK through
 it against a real server on loopback with API keys on (x-api-key beside the SigV4 Authorization)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ CREDS = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", t
 
 @pytest.fixture(scope="module")
 def client_script():
-    return load_script("function_url_client")
+    return load_script("openai_sigv4")
 
 
 def signed(client_script, body: bytes, url="https://abc.lambda-url.eu-west-1.on.aws/v1/embeddings"):
@@ -75,3 +75,59 @@ def test_sigv4_authorization_does_not_hide_the_api_key(client_script, server, si
                         headers=[("content-type", "application/json"), pairs[0] if sigv4_first else pairs[1]])
     assert denied.status_code == 401
     assert denied.json()["error"]["type"]
+
+
+def test_sagemaker_auth_readdresses_and_signs(client_script):
+    auth = client_script.SageMakerRuntime("tessera-sm", "us-east-1", credentials=CREDS, inference_component="ic-1")
+    request = httpx.Request("POST", "https://sagemaker.invalid/v1/embeddings", content=b"{}",
+                            headers={"content-type": "application/json"})
+    sent = next(auth.auth_flow(request))
+    assert str(sent.url) == "https://runtime.sagemaker.us-east-1.amazonaws.com/endpoints/tessera-sm/invocations"
+    assert sent.headers["host"] == "runtime.sagemaker.us-east-1.amazonaws.com"
+    assert sent.headers["x-amzn-sagemaker-custom-attributes"] == "route=embeddings"
+    assert sent.headers["x-amzn-sagemaker-inference-component"] == "ic-1"
+    assert "/us-east-1/sagemaker/aws4_request" in sent.headers["authorization"]
+    with pytest.raises(ValueError):
+        next(auth.auth_flow(httpx.Request("POST", "https://x/embeddings")))
+
+
+def test_openai_sdk_through_a_packaged_sagemaker_container(client_script, tmp_path, minilm_dir, packaged_int8_onnx,
+                                                           st_minilm):
+    """package_model.py → unpack as SageMaker does → adapters/sagemaker/serve on loopback → the OpenAI SDK
+    via SageMakerRuntime (re-addressed to the container's /invocations) → same vectors as
+    sentence-transformers."""
+    import shutil
+    import tarfile
+
+    import numpy as np
+
+    from tests.adapters.conftest import sagemaker_process
+
+    package = load_script("package_model")
+    folder = tmp_path / "src" / "minilm"
+    (folder / "onnx").mkdir(parents=True)
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
+                 "modules.json", "sentence_bert_config.json"):
+        shutil.copy(minilm_dir / name, folder / name)
+    shutil.copytree(minilm_dir / "1_Pooling", folder / "1_Pooling")
+    shutil.copy(packaged_int8_onnx, folder / "onnx" / "model_int8.onnx")
+    config = tmp_path / "tessera.yaml"
+    config.write_text("models:\n  - {path: minilm, name: minilm, backend: onnx, dtype: int8}\n")
+    tarball = package.build_tarball([folder], tmp_path / "model.tar.gz", config=config)
+    model_dir = tmp_path / "opt-ml-model"
+    with tarfile.open(tarball) as tar:
+        tar.extractall(model_dir, filter="data")
+
+    from openai import OpenAI
+
+    texts = ["SageMaker through the OpenAI SDK", "zweiter Satz"]
+    with sagemaker_process(model_dir) as (base, _):
+        auth = client_script.SageMakerRuntime("tessera-sm", "us-east-1", credentials=CREDS,
+                                              invocations_url=base + "/invocations")
+        client = OpenAI(base_url="https://sagemaker.invalid/v1", api_key="unused", max_retries=0,
+                        http_client=httpx.Client(auth=auth))
+        result = client.embeddings.create(model="minilm", input=texts, encoding_format="float")
+    got = np.array([d.embedding for d in result.data])
+    want = st_minilm.encode(texts, normalize_embeddings=True)
+    cosine = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+    assert got.shape == (2, 384) and cosine.min() > 0.99, cosine
