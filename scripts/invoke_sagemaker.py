@@ -24,10 +24,11 @@ NPY = "application/x-npy"
 
 
 def request_params(endpoint: str, body: dict[str, Any], *, route: str = "embeddings", model: str | None = None,
-                   npy: bool = False) -> dict[str, Any]:
+                   npy: bool = False, inference_component: str | None = None) -> dict[str, Any]:
     """The ``invoke_endpoint`` keyword arguments for one request."""
     attributes = ",".join(f"{key}={value}" for key, value in (("route", route), ("model", model)) if value)
-    return {
+    extra = {"InferenceComponentName": inference_component} if inference_component else {}
+    return {**extra,
         "EndpointName": endpoint,
         "Body": json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8"),
         "ContentType": JSON,
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model")
     parser.add_argument("--npy", action="store_true", help="ask for application/x-npy (embeddings)")
     parser.add_argument("--region")
+    parser.add_argument("--inference-component", help="endpoints in inference-component mode (infra/sagemaker)")
     args = parser.parse_args(argv)
     if not args.json and not args.texts:
         parser.error("give texts or --json")
@@ -68,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     body = json.loads(args.json) if args.json else {"input": args.texts}
     client = boto3.client("sagemaker-runtime", region_name=args.region)
     try:
-        result = invoke(client, args.endpoint, body, route=args.route, model=args.model, npy=args.npy)
+        result = invoke(client, args.endpoint, body, route=args.route, model=args.model, npy=args.npy,
+                        inference_component=args.inference_component)
     except ClientError as exc:  # ModelError carries the container's status and error body
         error = exc.response.get("Error", {})
         print(f"{error.get('Code')}: status {exc.response.get('OriginalStatusCode')}: {error.get('Message')}",

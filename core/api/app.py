@@ -78,13 +78,17 @@ class Gate:
     def _authorized(self, scope: Scope) -> bool:
         if not self.keys or scope["path"] in self.open_paths:
             return True
-        token = b""
+        # a Bearer token wins; x-api-key / api-key otherwise (also when Authorization carries a SigV4
+        # signature, as for AWS_IAM function URLs), whatever the order of the headers
+        bearer = api_key = b""
         for name, value in scope.get("headers", ()):
             if name == b"authorization":
                 scheme, _, rest = value.partition(b" ")
-                token = rest.strip() if scheme.lower() == b"bearer" else b""
-            elif name in (b"x-api-key", b"api-key") and not token:
-                token = value.strip()
+                if scheme.lower() == b"bearer":
+                    bearer = rest.strip()
+            elif name in (b"x-api-key", b"api-key"):
+                api_key = value.strip()
+        token = bearer or api_key
         # compare against every key in constant time (no early exit that leaks which key matched)
         matched = False
         for key in self.keys:

@@ -1,0 +1,48 @@
+"""Shared helpers for the infra tests: load scripts by path, parse templates, fake AWS credentials."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LAMBDA_TEMPLATE = ROOT / "infra" / "lambda" / "template.yaml"
+SAGEMAKER_TEMPLATE = ROOT / "infra" / "sagemaker" / "endpoint.yaml"
+PARAM_FILES = sorted((ROOT / "infra" / "sagemaker").glob("params-*.json"))
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(f"tessera_script_{name}", ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def parse_template(path: Path) -> dict:
+    """The template as plain data (short-form tags like !Ref become {"Ref": ...}), as cfn-lint reads it."""
+    from cfnlint.decode import decode_str
+
+    template, matches = decode_str(path.read_text())
+    assert not matches, matches
+    return json.loads(json.dumps(template))
+
+
+def read_params(path: Path) -> dict[str, str]:
+    return {p["ParameterKey"]: p["ParameterValue"] for p in json.loads(path.read_text())}
+
+
+@pytest.fixture
+def fake_aws(monkeypatch):
+    """Credentials and region that let botocore build clients; with Stubber nothing leaves the machine."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAFAKEFAKEFAKEFAKE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "fake-secret")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")

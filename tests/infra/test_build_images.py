@@ -1,0 +1,73 @@
+"""scripts/build_images.py --dry-run: the docker commands for the four images (no daemon here)."""
+
+from __future__ import annotations
+
+import io
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import ROOT, load_script
+
+
+@pytest.fixture(scope="module")
+def build():
+    return load_script("build_images")
+
+
+def commands(text: str) -> list[list[str]]:
+    prefix = f"(cd {shlex.quote(str(ROOT))} && "
+    lines = text.splitlines()
+    assert all(line.startswith(prefix) and line.endswith(")") for line in lines)
+    return [shlex.split(line[len(prefix):-1]) for line in lines]
+
+
+def test_dry_run_all_images_with_push(build):
+    out = io.StringIO()
+    assert build.main(["--dry-run", "--registry", "123456789012.dkr.ecr.us-east-1.amazonaws.com", "--version", "v3",
+                       "--push", "--neuron-base-image", "dlc/pytorch-inference-neuronx:2.5-py311"], out=out) == 0
+    registry = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
+    assert commands(out.getvalue()) == [
+        ["docker", "buildx", "build", "--platform", "linux/arm64", "-f", "adapters/lambda/Dockerfile",
+         "--provenance=false", "--build-arg", "ARCH=arm64", "-t", f"{registry}/tessera-lambda:arm64-v3", "--load", "."],
+        ["docker", "buildx", "build", "--platform", "linux/amd64", "-f", "adapters/lambda/Dockerfile",
+         "--provenance=false", "--build-arg", "ARCH=x86_64", "-t", f"{registry}/tessera-lambda:x86_64-v3", "--load", "."],
+        ["docker", "buildx", "build", "--platform", "linux/amd64", "-f", "adapters/sagemaker/Dockerfile.cuda",
+         "-t", f"{registry}/tessera-sagemaker:cuda-v3", "--load", "."],
+        ["docker", "buildx", "build", "--platform", "linux/amd64", "-f", "adapters/sagemaker/Dockerfile.neuron",
+         "--build-arg", "BASE_IMAGE=dlc/pytorch-inference-neuronx:2.5-py311",
+         "-t", f"{registry}/tessera-sagemaker:neuron-v3", "--load", "."],
+        ["docker", "push", f"{registry}/tessera-lambda:arm64-v3"],
+        ["docker", "push", f"{registry}/tessera-lambda:x86_64-v3"],
+        ["docker", "push", f"{registry}/tessera-sagemaker:cuda-v3"],
+        ["docker", "push", f"{registry}/tessera-sagemaker:neuron-v3"],
+    ]
+
+
+def test_dockerfiles_exist_and_take_the_build_args(build):
+    for image in build.IMAGES.values():
+        dockerfile = (ROOT / image.dockerfile).read_text()
+        for arg in image.build_args:
+            assert f"ARG {arg}" in dockerfile
+    assert "ARG BASE_IMAGE" in (ROOT / "adapters/sagemaker/Dockerfile.neuron").read_text()
+
+
+def test_only_and_refusals(build, capsys):
+    out = io.StringIO()
+    assert build.main(["--dry-run", "--only", "lambda-x86_64"], out=out) == 0
+    assert [c[-3] for c in commands(out.getvalue())] == ["tessera-lambda:x86_64"]
+    for argv, message in ((["--dry-run"], "needs --neuron-base-image"),
+                          (["--dry-run", "--only", "lambda-arm64", "--push"], "--push needs --registry"),
+                          (["--dry-run", "--only", "gpu"], "unknown image")):
+        with pytest.raises(SystemExit):
+            build.main(argv, out=io.StringIO())
+        assert message in capsys.readouterr().err
+
+
+def test_runs_as_a_script():
+    done = subprocess.run([sys.executable, str(ROOT / "scripts/build_images.py"), "--dry-run", "--only",
+                           "sagemaker-cuda"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("docker buildx build") == 1

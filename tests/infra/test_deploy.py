@@ -1,0 +1,308 @@
+"""scripts/deploy.py: the exact CloudFormation / SageMaker calls (botocore Stubber: nothing leaves the
+machine), the progress it prints, the dry-run output, and the modal command it runs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import os
+import re
+import stat
+
+import pytest
+from botocore.stub import Stubber
+
+from .conftest import LAMBDA_TEMPLATE, ROOT, SAGEMAKER_TEMPLATE, load_script
+
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/tessera-lambda:arm64"
+URL = "https://abcdefg.lambda-url.us-east-1.on.aws/"
+NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+@pytest.fixture(scope="module")
+def deploy():
+    return load_script("deploy")
+
+
+@pytest.fixture
+def clients(fake_aws):
+    import boto3
+
+    session = boto3.session.Session(region_name="us-east-1")
+    return session.client("cloudformation"), session.client("sagemaker")
+
+
+def event(event_id: str, logical: str, status: str, reason: str | None = None) -> dict:
+    e = {"StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/s/1", "EventId": event_id,
+         "StackName": "s", "LogicalResourceId": logical, "Timestamp": NOW, "ResourceStatus": status}
+    if reason:
+        e["ResourceStatusReason"] = reason
+    return e
+
+
+def stack(name: str, status: str, outputs: dict[str, str] | None = None, reason: str | None = None) -> dict:
+    s = {"StackName": name, "StackId": f"arn:aws:cloudformation:us-east-1:123456789012:stack/{name}/1",
+         "CreationTime": NOW, "StackStatus": status,
+         "Outputs": [{"OutputKey": k, "OutputValue": v} for k, v in (outputs or {}).items()]}
+    if reason:
+        s["StackStatusReason"] = reason
+    return s
+
+
+def expected_request(platform: str, name: str, params: dict[str, str]) -> dict:
+    template = {"lambda": LAMBDA_TEMPLATE, "sagemaker": SAGEMAKER_TEMPLATE}[platform]
+    return {"StackName": name, "TemplateBody": template.read_text(),
+            "Parameters": [{"ParameterKey": k, "ParameterValue": v} for k, v in sorted(params.items())],
+            "Capabilities": {"lambda": ["CAPABILITY_IAM", "CAPABILITY_AUTO_EXPAND"],
+                             "sagemaker": ["CAPABILITY_IAM"]}[platform],
+            "Tags": [{"Key": "project", "Value": "tessera"}]}
+
+
+def missing(stub: Stubber, name: str) -> None:
+    stub.add_client_error("describe_stacks", service_error_code="ValidationError",
+                          service_message=f"Stack with id {name} does not exist", http_status_code=400,
+                          expected_params={"StackName": name})
+
+
+def test_lambda_create_waits_and_prints_the_url(deploy, clients):
+    cfn, sm = clients
+    name = {"StackName": "tessera"}
+    params = {"ImageUri": IMAGE, "AuthType": "NONE", "ApiKeys": '["k1"]'}
+    sleeps = []
+    out = io.StringIO()
+    with Stubber(cfn) as stub:
+        missing(stub, "tessera")
+        stub.add_response("create_stack", {"StackId": "id"},
+                          {**expected_request("lambda", "tessera", params), "OnFailure": "ROLLBACK"})
+        stub.add_response("describe_stack_events", {"StackEvents": [
+            event("2", "LogGroup", "CREATE_IN_PROGRESS"), event("1", "tessera", "CREATE_IN_PROGRESS", "User Initiated")]},
+            name)
+        stub.add_response("describe_stacks", {"Stacks": [stack("tessera", "CREATE_IN_PROGRESS")]}, name)
+        stub.add_response("describe_stack_events", {"StackEvents": [
+            event("4", "tessera", "CREATE_COMPLETE"), event("3", "FunctionUrl", "CREATE_COMPLETE"),
+            event("2", "LogGroup", "CREATE_IN_PROGRESS"), event("1", "tessera", "CREATE_IN_PROGRESS", "User Initiated")]},
+            name)
+        stub.add_response("describe_stacks", {"Stacks": [
+            stack("tessera", "CREATE_COMPLETE", {"FunctionUrl": URL, "AuthType": "NONE"})]}, name)
+        code = deploy.main(["lambda", "--image-uri", IMAGE, "--param", "AuthType=NONE", "--param", 'ApiKeys=["k1"]',
+                            "--poll", "7"], out=out, clients=(cfn, sm), sleep=sleeps.append)
+        stub.assert_no_pending_responses()
+    assert code == 0
+    assert sleeps == [7.0]
+    lines = [line.split() for line in out.getvalue().splitlines()]
+    assert lines == [["creating", "stack", "tessera"],
+                     ["CREATE_IN_PROGRESS", "tessera", "(User", "Initiated)"],
+                     ["CREATE_IN_PROGRESS", "LogGroup"],
+                     ["CREATE_COMPLETE", "FunctionUrl"],
+                     ["CREATE_COMPLETE", "tessera"],
+                     ["FunctionUrl:", URL], ["AuthType:", "NONE"]]
+
+
+def test_update_skips_old_events_and_up_to_date_is_fine(deploy, clients):
+    cfn, sm = clients
+    name = {"StackName": "tessera"}
+    params = {"ImageUri": IMAGE}
+    old = [event("old-2", "tessera", "CREATE_COMPLETE"), event("old-1", "FunctionUrl", "CREATE_COMPLETE")]
+    out = io.StringIO()
+    with Stubber(cfn) as stub:
+        stub.add_response("describe_stacks", {"Stacks": [stack("tessera", "CREATE_COMPLETE")]}, name)
+        stub.add_response("describe_stack_events", {"StackEvents": old}, name)
+        stub.add_response("update_stack", {"StackId": "id"}, expected_request("lambda", "tessera", params))
+        stub.add_response("describe_stack_events", {"StackEvents": [
+            event("new-2", "tessera", "UPDATE_COMPLETE"), event("new-1", "TesseraFunction", "UPDATE_COMPLETE"), *old]},
+            name)
+        stub.add_response("describe_stacks", {"Stacks": [stack("tessera", "UPDATE_COMPLETE", {"FunctionUrl": URL})]},
+                          name)
+        # second run: nothing changed
+        stub.add_response("describe_stacks", {"Stacks": [stack("tessera", "UPDATE_COMPLETE")]}, name)
+        stub.add_response("describe_stack_events", {"StackEvents": old}, name)
+        stub.add_client_error("update_stack", service_error_code="ValidationError",
+                              service_message="No updates are to be performed.",
+                              expected_params=expected_request("lambda", "tessera", params))
+        stub.add_response("describe_stacks", {"Stacks": [stack("tessera", "UPDATE_COMPLETE", {"FunctionUrl": URL})]},
+                          name)
+        assert deploy.main(["lambda", "--image-uri", IMAGE], out=out, clients=(cfn, sm), sleep=None) == 0
+        assert deploy.main(["lambda", "--image-uri", IMAGE], out=out, clients=(cfn, sm), sleep=None) == 0
+        stub.assert_no_pending_responses()
+    text = out.getvalue()
+    assert "old-" not in text and "CREATE_COMPLETE" not in text
+    assert text.splitlines() == ["updating stack tessera", "  UPDATE_COMPLETE              TesseraFunction",
+                                 "  UPDATE_COMPLETE              tessera", f"FunctionUrl: {URL}",
+                                 "stack tessera is up to date", f"FunctionUrl: {URL}"]
+
+
+def test_sagemaker_create_waits_for_in_service(deploy, clients):
+    cfn, sm = clients
+    name = {"StackName": "tessera-sm"}
+    params = {p["ParameterKey"]: p["ParameterValue"]
+              for p in json.loads((ROOT / "infra/sagemaker/params-inf2.json").read_text())}
+    params.update(ModelBucket="my-models", MaxInstances="8")
+    out = io.StringIO()
+    sleeps = []
+    with Stubber(cfn) as cstub, Stubber(sm) as sstub:
+        missing(cstub, "tessera-sm")
+        cstub.add_response("create_stack", {"StackId": "id"},
+                           {**expected_request("sagemaker", "tessera-sm", params), "OnFailure": "ROLLBACK"})
+        cstub.add_response("describe_stack_events", {"StackEvents": [event("1", "Endpoint", "CREATE_COMPLETE")]}, name)
+        cstub.add_response("describe_stacks", {"Stacks": [
+            stack("tessera-sm", "CREATE_COMPLETE", {"EndpointName": "tessera-sm"})]}, name)
+        for status in ("Creating", "Creating", "InService"):
+            sstub.add_response("describe_endpoint", {
+                "EndpointName": "tessera-sm", "EndpointArn": "arn:aws:sagemaker:us-east-1:123456789012:endpoint/tessera-sm",
+                "EndpointConfigName": "c", "EndpointStatus": status, "CreationTime": NOW, "LastModifiedTime": NOW},
+                {"EndpointName": "tessera-sm"})
+        code = deploy.main(["sagemaker", "--bucket", "my-models", "--params-file",
+                            str(ROOT / "infra/sagemaker/params-inf2.json"), "--param", "MaxInstances=8",
+                            "--poll", "1"], out=out, clients=(cfn, sm), sleep=sleeps.append)
+        cstub.assert_no_pending_responses()
+        sstub.assert_no_pending_responses()
+    assert code == 0
+    assert sleeps == [6.0, 6.0]
+    assert out.getvalue().splitlines()[-3:] == ["  endpoint tessera-sm: Creating", "  endpoint tessera-sm: InService",
+                                                "EndpointName: tessera-sm"]
+
+
+def test_failed_stack_exits_1_with_the_reason(deploy, clients, capsys):
+    cfn, sm = clients
+    name = {"StackName": "tessera"}
+    with Stubber(cfn) as stub:
+        missing(stub, "tessera")
+        stub.add_response("create_stack", {"StackId": "id"},
+                          {**expected_request("lambda", "tessera", {"ImageUri": IMAGE}), "OnFailure": "ROLLBACK"})
+        stub.add_response("describe_stack_events", {"StackEvents": [
+            event("1", "TesseraFunction", "CREATE_FAILED", "Source image does not exist")]}, name)
+        stub.add_response("describe_stacks", {"Stacks": [stack("tessera", "ROLLBACK_COMPLETE")]}, name)
+        code = deploy.main(["lambda", "--image-uri", IMAGE], out=io.StringIO(), clients=(cfn, sm), sleep=None)
+    assert code == 1
+    assert capsys.readouterr().err.strip() == "error: stack tessera: ROLLBACK_COMPLETE"
+
+
+def test_access_denied_is_reported_not_raised(deploy, clients, capsys):
+    cfn, sm = clients
+    with Stubber(cfn) as stub:
+        stub.add_client_error("describe_stacks", service_error_code="AccessDenied",
+                              service_message="not authorized to perform: cloudformation:DescribeStacks",
+                              http_status_code=403, expected_params={"StackName": "tessera"})
+        code = deploy.main(["lambda", "--image-uri", IMAGE], out=io.StringIO(), clients=(cfn, sm))
+    assert code == 1
+    assert "AccessDenied" in capsys.readouterr().err
+
+
+def test_dry_run_lists_every_call_without_credentials(deploy, monkeypatch):
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(var, raising=False)
+    out = io.StringIO()
+    assert deploy.main(["lambda", "--image-uri", IMAGE, "--param", "AuthType=NONE",
+                        "--param", 'ApiKeys=["secret-key"]', "--dry-run"], out=out) == 0
+    text = out.getvalue()
+    assert "secret-key" not in text
+    calls = [line.split("(", 1)[0] for line in text.splitlines() if not line.startswith("  ")]
+    assert calls == ["cloudformation.describe_stacks", "cloudformation.create_stack",
+                     "cloudformation.describe_stack_events", "cloudformation.describe_stacks"]
+    create = json.loads(text.splitlines()[1].split("(", 1)[1].rstrip(")"))
+    assert create["Capabilities"] == ["CAPABILITY_IAM", "CAPABILITY_AUTO_EXPAND"]
+    assert create["OnFailure"] == "ROLLBACK"
+    assert {"ParameterKey": "ApiKeys", "ParameterValue": "****"} in create["Parameters"]
+    assert {"ParameterKey": "ImageUri", "ParameterValue": IMAGE} in create["Parameters"]
+    assert create["TemplateBody"] == f"<{len(LAMBDA_TEMPLATE.read_text())} characters of the template>"
+
+    out = io.StringIO()
+    assert deploy.main(["sagemaker", "--bucket", "b-1", "--dry-run"], out=out) == 0
+    calls = [line.split("(", 1)[0] for line in out.getvalue().splitlines() if not line.startswith("  ")]
+    assert calls[-1] == "sagemaker.describe_endpoint"
+    create = json.loads(out.getvalue().splitlines()[1].split("(", 1)[1].rstrip(")"))
+    assert create["Capabilities"] == ["CAPABILITY_IAM"]
+    assert {"ParameterKey": "InstanceType", "ParameterValue": "ml.g6.xlarge"} in create["Parameters"]  # cuda default
+
+
+def test_required_parameters(deploy, capsys):
+    with pytest.raises(SystemExit) as exc:
+        deploy.main(["lambda", "--dry-run"], out=io.StringIO())
+    assert exc.value.code == 2 and "ImageUri is required" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        deploy.main(["sagemaker", "--dry-run"], out=io.StringIO())
+    assert "ModelBucket is required" in capsys.readouterr().err
+
+
+def test_modal_runs_modal_deploy_with_the_env(deploy, tmp_path):
+    """A stand-in `modal` executable on PATH records its argv, cwd and TESSERA_* environment."""
+    record = tmp_path / "record.json"
+    fake = tmp_path / "bin" / "modal"
+    fake.parent.mkdir()
+    fake.write_text("#!/usr/bin/env python3\nimport json, os, sys\n"
+                    f"json.dump({{'argv': sys.argv[1:], 'cwd': os.getcwd(), 'env': {{k: v for k, v in os.environ.items() "
+                    f"if k.startswith('TESSERA_')}}}}, open({str(record)!r}, 'w'))\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    environ = {"PATH": f"{fake.parent}:{os.environ['PATH']}", "TESSERA_MODAL_GPU": "A10G",
+               "TESSERA_API_KEYS": '["k"]'}
+    out = io.StringIO()
+    code = deploy.main(["modal", "--env", "TESSERA_MODAL_MAX_CONTAINERS=8", "--env", "TESSERA_MODAL_GPU=L4"],
+                       out=out, environ=environ)
+    assert code == 0
+    seen = json.loads(record.read_text())
+    assert seen["argv"] == ["deploy", "adapters/modal/app.py"]
+    assert seen["cwd"] == str(ROOT)
+    assert seen["env"] == {"TESSERA_MODAL_GPU": "L4", "TESSERA_MODAL_MAX_CONTAINERS": "8", "TESSERA_API_KEYS": '["k"]'}
+    assert out.getvalue().strip() == ("TESSERA_API_KEYS=**** TESSERA_MODAL_GPU='L4' TESSERA_MODAL_MAX_CONTAINERS='8' "
+                                      "modal deploy adapters/modal/app.py")
+
+
+def test_modal_dry_run_and_missing_cli(deploy, tmp_path, capsys):
+    out = io.StringIO()
+    assert deploy.main(["modal", "--env", "TESSERA_MODAL_MIN_CONTAINERS=1", "--dry-run"], out=out,
+                       environ={"PATH": str(tmp_path)}) == 0
+    assert out.getvalue().strip() == "TESSERA_MODAL_MIN_CONTAINERS='1' modal deploy adapters/modal/app.py"
+    assert deploy.main(["modal"], out=io.StringIO(), environ={"PATH": str(tmp_path)}) == 1
+    assert "modal CLI is not on PATH" in capsys.readouterr().err
+
+
+def test_modal_env_file_drives_the_app_config(deploy, tmp_path):
+    """The example env file, through deploy.py's reader, sets the values adapters/modal/app.py reads at
+    import (checked by importing it in a fresh process with that environment; no Modal credentials)."""
+    import subprocess
+    import sys
+
+    example = ROOT / "infra/modal/tessera.env.example"
+    values = deploy.read_env_file(example)
+    import ast
+
+    docstring = ast.get_docstring(ast.parse((ROOT / "adapters/modal/app.py").read_text()))
+    documented = set(re.findall(r"TESSERA_[A-Z_]+", docstring))
+    assert set(values) == documented
+    values.update(TESSERA_MODAL_GPU="A10G,L4", TESSERA_MODAL_MIN_CONTAINERS="1", TESSERA_MODAL_MAX_CONTAINERS="9")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), **values}
+    probe = ("import importlib.util, json; s = importlib.util.spec_from_file_location('m', 'adapters/modal/app.py'); "
+             "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); "
+             "print(json.dumps([m.GPUS, m.MIN_CONTAINERS, m.MAX_CONTAINERS, m.SCALEDOWN_S, m.MAX_INPUTS, "
+             "m.VOLUME_NAME, json.loads(m.MODELS)[0]['dtype'], m.CONTAINER_ENV['TESSERA_API_KEYS']]))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [
+        ["A10G", "L4"], 1, 9, 300, 64, "tessera-models", "float16", '["change-me"]']
+    with pytest.raises(ValueError, match="expected KEY=VALUE"):
+        bad = tmp_path / "bad.env"
+        bad.write_text("# ok\nNOT A PAIR\n")
+        deploy.read_env_file(bad)
+
+
+def test_invoke_sagemaker_names_the_inference_component(fake_aws):
+    """scripts/invoke_sagemaker.py --inference-component: the InferenceComponentName parameter is sent."""
+    import boto3
+
+    script = load_script("invoke_sagemaker")
+    client = boto3.client("sagemaker-runtime", region_name="us-east-1")
+    body = {"input": ["a"]}
+    answer = json.dumps({"object": "list", "data": []}).encode()
+    from botocore.response import StreamingBody
+
+    with Stubber(client) as stub:
+        stub.add_response("invoke_endpoint", {"Body": StreamingBody(io.BytesIO(answer), len(answer)),
+                                              "ContentType": "application/json"},
+                          {"EndpointName": "tessera-sm", "InferenceComponentName": "tessera-sm-model",
+                           "Body": json.dumps(body, separators=(",", ":")).encode(), "ContentType": "application/json",
+                           "Accept": "application/json", "CustomAttributes": "route=embeddings"})
+        assert script.invoke(client, "tessera-sm", body, inference_component="tessera-sm-model") == {
+            "object": "list", "data": []}
+        stub.assert_no_pending_responses()
+    assert "InferenceComponentName" not in script.request_params("e", body)
