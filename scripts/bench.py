@@ -101,7 +101,9 @@ async def http_cell(url: str, model: str | None, texts: list[str], kind: str, ba
             async with client.post(route, json={"input": chunk, "model": model, "encoding_format": encoding}) as r:
                 return r.status, await r.read()
 
-        await asyncio.gather(*(post(texts[:batch]) for _ in range(concurrency)))  # warm-up, one per connection
+        # warm-up: open every connection with a one-text request (a full-batch warm-up of many slow
+        # requests would leave early connections idle past the server's keep-alive timeout)
+        await asyncio.gather(*(post(texts[:1]) for _ in range(concurrency)))
         stop_at = time.perf_counter() + duration
         cpu0 = process_cpu(pid)
         start = time.perf_counter()

@@ -111,6 +111,7 @@ def charts(rows: list[dict], out_dir: Path, precision: str) -> list[Path]:
                 pts = sorted((r["conc"], r[f"{server} emb/s"]) for r in rows if r["texts"] == kind and r["batch"] == batch)
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=server.capitalize())
             ax.set_xscale("log", base=2)
+            ax.set_ylim(bottom=0)
             ax.set_title(f"{kind} texts, {batch} per request")
             ax.set_xlabel("concurrency")
             ax.set_ylabel("embeddings/s")
@@ -149,7 +150,8 @@ def charts(rows: list[dict], out_dir: Path, precision: str) -> list[Path]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--infinity", required=True, help="path of the infinity_emb executable (its own venv)")
+    p.add_argument("--infinity", help="path of the infinity_emb executable (its own venv)")
+    p.add_argument("--replot", type=Path, help="only redraw the charts of a saved compare-*.json")
     p.add_argument("--precision", choices=["fp32", "int8"], default="fp32")
     p.add_argument("--texts", default="short,long,mixed")
     p.add_argument("--batch", default="1,32")
@@ -158,6 +160,10 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "bench")
     args = p.parse_args()
+    if args.replot:
+        return replot(args.replot, args.precision)
+    if not args.infinity:
+        p.error("--infinity is required")
 
     from core.config import default_model_path
 
@@ -225,6 +231,13 @@ def main() -> int:
         {"rows": rows, "servers": {k: {"start_s": v["start_s"], "peak_rss_mb": v.get("peak_rss_mb")}
                                    for k, v in servers.items()}}, indent=1))
     print("charts: " + ", ".join(str(w) for w in written))
+    return 0
+
+
+def replot(json_file: Path, precision: str) -> int:
+    """Redraw the charts from a saved run (``--replot docs/bench/compare-fp32.json``)."""
+    rows = json.loads(json_file.read_text())["rows"]
+    print("charts: " + ", ".join(str(w) for w in charts(rows, json_file.parent, precision)))
     return 0
 
 

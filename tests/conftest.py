@@ -2,38 +2,20 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.support import text_fixtures as _text_fixtures
+from tests.support.cache import cached_build
 from tests.support.sentences import SENTENCES
 
 ROOT = Path(__file__).resolve().parents[1]
-CACHE = ROOT / ".venv" / "test-cache"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-def cached_build(name: str, inputs: list[Path], build) -> Path:
-    """Build an artifact folder once per content of ``inputs`` (source files that define it)."""
-    digest = hashlib.sha256()
-    for path in inputs:
-        digest.update(Path(path).read_bytes())
-    target = CACHE / f"{name}-{digest.hexdigest()[:12]}"
-    if not (target / ".complete").exists():
-        shutil.rmtree(target, ignore_errors=True)
-        tmp = target.with_name(target.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        build(tmp)
-        (tmp / ".complete").write_text("ok")
-        tmp.rename(target)
-    return target
 
 
 @pytest.fixture(scope="session")
@@ -117,3 +99,13 @@ def minilm_onnx_fp16_file(minilm_onnx_dir) -> Path:
                           lambda out: onnx_fp16.convert_fp16(minilm_onnx_dir / "onnx" / "model.onnx",
                                                              out / "model_fp16.onnx"))
     return folder / "model_fp16.onnx"
+
+
+# the session fixtures of the tiny text-task model folders (built only when a test asks for one)
+reranker_dir = _text_fixtures.reranker_dir
+st_cross_encoder_dir = _text_fixtures.st_cross_encoder_dir
+classifier_dir = _text_fixtures.classifier_dir
+multilabel_dir = _text_fixtures.multilabel_dir
+colbert_dir = _text_fixtures.colbert_dir
+prompts_dir = _text_fixtures.prompts_dir
+splade_dir = _text_fixtures.splade_dir

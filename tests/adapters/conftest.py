@@ -6,9 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -18,7 +16,7 @@ import pytest
 
 from tests.adapters.contract import MODEL, Case, Reply
 from tests.adapters.events import LambdaContext
-from tests.support.server import ROOT, free_port
+from tests.support.server import ROOT, free_port, running_process
 
 LAMBDA_HANDLER = ROOT / "adapters" / "lambda" / "handler.py"
 MODAL_APP = ROOT / "adapters" / "modal" / "app.py"
@@ -119,32 +117,9 @@ def sagemaker_process(model_dir: Path, extra_env: dict | None = None, timeout: f
     env = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")}
     env.update({"SM_MODEL_DIR": str(model_dir), "SAGEMAKER_BIND_TO_PORT": str(port), "TESSERA_HOST": "127.0.0.1",
                 "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(extra_env or {})})
-    log = open(ROOT / ".venv" / f"test-sagemaker-{port}.log", "w")
-    proc = subprocess.Popen([sys.executable, str(SERVE)], cwd="/", env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"serve exited with {proc.returncode}; see {log.name}")
-            try:
-                if httpx.get(base + "/ping", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"serve not ready after {timeout}s; see {log.name}")
-            time.sleep(0.1)
+    with running_process([sys.executable, str(SERVE)], env, port=port, ready_path="/ping", cwd=Path("/"),
+                         timeout=timeout, name="sagemaker") as (base, proc):
         yield base, proc
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        log.close()
 
 
 @pytest.fixture(scope="session")

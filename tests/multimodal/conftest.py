@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import cached_build
+from tests.support.cache import cached_build
 from tests.multimodal import tiny_models
 from tests.multimodal.media_support import MediaServer
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -16,7 +15,7 @@ import numpy as np
 
 from core.errors import OutOfMemory
 from tests.api.conftest import SlowBackend, assert_error, client_for
-from tests.support.server import ROOT, free_port
+from tests.support.server import free_port, running_process
 
 
 class OomAbove(SlowBackend):
@@ -86,16 +85,7 @@ def test_sigterm_drains_in_flight_requests_and_refuses_new_work(minilm_onnx_dir)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")}
     env.update(TESSERA_MODELS=json.dumps([{"path": str(minilm_onnx_dir), "name": "m"}]), TESSERA_PORT=str(port),
                TESSERA_SHUTDOWN_GRACE_S="20")
-    proc = subprocess.Popen([sys.executable, "-m", "core", "serve"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):
-            try:
-                if httpx.get(base + "/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+    with running_process([sys.executable, "-m", "core", "serve"], env, port=port, name="sigterm") as (base, proc):
         long_texts = ["a long text that keeps the model busy for a while " * 20] * 96
         results: list = []
 
@@ -119,6 +109,3 @@ def test_sigterm_drains_in_flight_requests_and_refuses_new_work(minilm_onnx_dir)
         assert [r.status_code for r in results] == [200, 200, 200]
         assert all(len(r.json()["data"]) == 96 for r in results)
         assert proc.wait(30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once drained
-    finally:
-        if proc.poll() is None:
-            proc.kill()

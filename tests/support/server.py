@@ -22,39 +22,49 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(
-    env: dict[str, str] | None = None, *, app: str = "core.dev:app", timeout: float = 120.0,
-    headers: dict[str, str] | None = None,
+def running_process(
+    cmd: list[str], env: dict[str, str], *, port: int, ready_path: str = "/ready", cwd: Path = ROOT,
+    timeout: float = 120.0, headers: dict[str, str] | None = None, name: str = "server",
 ):
-    """Start ``uvicorn APP`` on 127.0.0.1:<free port>, wait for /ready (sent with ``headers``), yield the
-    base URL, stop it."""
-    port = free_port()
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
-    log = open(ROOT / ".venv" / f"test-server-{port}.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port), "--no-access-log"],
-        cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT,
-    )
+    """Start ``cmd`` (a server listening on 127.0.0.1:``port``), wait until ``ready_path`` answers 200,
+    yield (base URL, process), and always stop it (SIGTERM, then SIGKILL). Output goes to .venv/."""
+    log = open(ROOT / ".venv" / f"test-{name}-{port}.log", "w")
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode}; see {log.name}")
+                raise RuntimeError(f"{name} exited with {proc.returncode}; see {log.name}")
             try:
-                if httpx.get(base + "/ready", timeout=2, headers=headers).status_code == 200:
+                if httpx.get(base + ready_path, timeout=2, headers=headers).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"server not ready after {timeout}s; see {log.name}")
-            time.sleep(0.2)
-        yield base
+                raise RuntimeError(f"{name} not ready after {timeout}s; see {log.name}")
+            time.sleep(0.1)
+        yield base, proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         log.close()
+
+
+@contextmanager
+def running_server(
+    env: dict[str, str] | None = None, *, app: str = "core.dev:app", timeout: float = 120.0,
+    headers: dict[str, str] | None = None,
+):
+    """``uvicorn APP`` on 127.0.0.1:<free port>; yields the base URL once /ready answers (sent with
+    ``headers``)."""
+    port = free_port()
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
+    cmd = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port), "--no-access-log"]
+    with running_process(cmd, full_env, port=port, timeout=timeout, headers=headers) as (base, _proc):
+        yield base

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import cached_build
+from tests.support.cache import cached_build
 from tests.support import text_models
 
 _SOURCE = Path(text_models.__file__)

@@ -13,7 +13,7 @@ from core.convert import onnx_export
 from core.tasks.classify import ClassifyRequest
 from core.tasks.embed import EmbedRequest
 from core.tasks.rerank import RerankRequest
-from tests.conftest import cached_build
+from tests.support.cache import cached_build
 from tests.support.engines import load_engine
 
 QUERY = "How many people live in Berlin?"

@@ -1,0 +1,26 @@
+"""Artifacts built once per content of their inputs and cached under .venv/ (across sessions)."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+CACHE = Path(__file__).resolve().parents[2] / ".venv" / "test-cache"
+
+
+def cached_build(name: str, inputs: list[Path], build) -> Path:
+    """Build an artifact folder once per content of ``inputs`` (source files that define it)."""
+    digest = hashlib.sha256()
+    for path in inputs:
+        digest.update(Path(path).read_bytes())
+    target = CACHE / f"{name}-{digest.hexdigest()[:12]}"
+    if not (target / ".complete").exists():
+        shutil.rmtree(target, ignore_errors=True)
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        build(tmp)
+        (tmp / ".complete").write_text("ok")
+        tmp.rename(target)
+    return target
