@@ -14,6 +14,8 @@ from typing import Any, ClassVar, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from core.tokenization import TextTokenizer, pad_batch
+
 
 #: capabilities every task of a kind offers beside its main one (never a model's default route)
 AUXILIARY_CAPABILITIES = frozenset({"tokenize", "score"})
@@ -46,3 +48,15 @@ class Task(Protocol):
     def finish(self, request: Any, items: Sequence[Item], results: list[Any]) -> Any: ...
 
     def describe(self) -> dict: ...
+
+
+class TextTask:
+    """What the text tasks share: the model's tokenizer and right-padding to the batch's longest item."""
+
+    def __init__(self, info, spec) -> None:
+        self.info = info
+        self.tokenizer = TextTokenizer(info.folder, info.max_length)
+        self.pad_multiple = spec.pad_to_multiple_of
+
+    def collate(self, items: Sequence[Item]) -> Mapping[str, np.ndarray]:
+        return pad_batch(items, self.tokenizer.pad_id, self.pad_multiple)

@@ -12,7 +12,8 @@ from core.config import ModelSpec
 from core.errors import InvalidInput
 from core.loading import ModelInfo, num_labels
 from core.tasks.scoring import sigmoid, softmax
-from core.tokenization import Encoded, TextTokenizer, pad_batch
+from core.tasks.base import TextTask
+from core.tokenization import Encoded
 
 
 @dataclass(slots=True)
@@ -36,15 +37,13 @@ def labels_of(config: dict) -> list[str]:
     return [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(n)]
 
 
-class ClassifyTask:
+class ClassifyTask(TextTask):
     name: ClassVar[str] = "classify"
     head: ClassVar[str] = "sequence-classification"
     capabilities: ClassVar[frozenset[str]] = frozenset({"classify", "tokenize"})
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
-        self.info = info
-        self.tokenizer = TextTokenizer(info.folder, info.max_length)
-        self.pad_multiple = spec.pad_to_multiple_of
+        super().__init__(info, spec)
         self.labels = labels_of(info.config)
         self.multi_label = info.config.get("problem_type") == "multi_label_classification" or len(self.labels) == 1
 
@@ -54,9 +53,6 @@ class ClassifyTask:
         if not request.texts:
             raise InvalidInput("'input' must not be empty", param="input")
         return self.tokenizer.encode(request.texts, truncate=request.truncate)
-
-    def collate(self, items: Sequence[Encoded]) -> Mapping[str, np.ndarray]:
-        return pad_batch(items, self.tokenizer.pad_id, self.pad_multiple)
 
     def postprocess(self, outputs: Mapping[str, np.ndarray], items: Sequence[Encoded]) -> list[np.ndarray]:
         return list(outputs["logits"].astype(np.float32, copy=False))

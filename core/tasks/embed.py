@@ -10,9 +10,9 @@ import numpy as np
 from core.config import ModelSpec
 from core.errors import InvalidInput
 from core.loading import ModelInfo
-from core.tasks.base import INLINE_PREPARE_CHARS
+from core.tasks.base import INLINE_PREPARE_CHARS, TextTask
 from core.tasks.prompts import resolve_prompt
-from core.tokenization import Encoded, TextTokenizer, pad_batch
+from core.tokenization import Encoded
 
 
 @dataclass(slots=True)
@@ -61,17 +61,15 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(norms, 1e-12)
 
 
-class EmbedTask:
+class EmbedTask(TextTask):
     name: ClassVar[str] = "embed"
     head: ClassVar[str] = "encoder"
     capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings", "tokenize"})
     modalities: ClassVar[tuple[str, ...]] = ("text",)
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
-        self.info = info
+        super().__init__(info, spec)
         self.spec = spec
-        self.tokenizer = TextTokenizer(info.folder, info.max_length)
-        self.pad_multiple = spec.pad_to_multiple_of
 
     # worker thread
     def prepare_inline(self, request: EmbedRequest) -> bool:
@@ -104,9 +102,6 @@ class EmbedTask:
         return items
 
     # inference thread
-    def collate(self, items: Sequence[Encoded]) -> Mapping[str, np.ndarray]:
-        return pad_batch(items, self.tokenizer.pad_id, self.pad_multiple)
-
     def postprocess(self, outputs: Mapping[str, np.ndarray], items: Sequence[Encoded]) -> list[np.ndarray]:
         hidden = outputs["last_hidden_state"]
         lengths = np.fromiter((it.cost for it in items), dtype=np.int64, count=len(items))

@@ -13,7 +13,8 @@ from core.config import ModelSpec
 from core.errors import InvalidInput
 from core.loading import ModelInfo, num_labels
 from core.tasks.scoring import ScoreResult, cross_encoder_activation, sigmoid
-from core.tokenization import Encoded, TextTokenizer, pad_batch
+from core.tasks.base import TextTask
+from core.tokenization import Encoded
 
 
 @dataclass(slots=True)
@@ -25,7 +26,7 @@ class RerankRequest:
     max_tokens_per_doc: int | None = None
 
 
-class RerankTask:
+class RerankTask(TextTask):
     name: ClassVar[str] = "rerank"
     head: ClassVar[str] = "sequence-classification"
     capabilities: ClassVar[frozenset[str]] = frozenset({"rerank", "tokenize"})
@@ -36,9 +37,7 @@ class RerankTask:
                 f"{info.folder}: a reranker needs a sequence-classification model with one label "
                 f"(this one has {num_labels(info.config)}); serve it with task 'classify'"
             )
-        self.info = info
-        self.tokenizer = TextTokenizer(info.folder, info.max_length)
-        self.pad_multiple = spec.pad_to_multiple_of
+        super().__init__(info, spec)
         st_config_path = info.folder / "config_sentence_transformers.json"
         st_config = json.loads(st_config_path.read_text()) if st_config_path.exists() else {}
         self.activation = cross_encoder_activation(info.config, st_config)
@@ -50,9 +49,6 @@ class RerankTask:
             [(request.query, d) for d in request.documents], truncate=request.truncate,
             max_second=request.max_tokens_per_doc,
         )
-
-    def collate(self, items: Sequence[Encoded]) -> Mapping[str, np.ndarray]:
-        return pad_batch(items, self.tokenizer.pad_id, self.pad_multiple)
 
     def postprocess(self, outputs: Mapping[str, np.ndarray], items: Sequence[Encoded]) -> list[float]:
         return [float(x) for x in outputs["logits"][:, 0]]

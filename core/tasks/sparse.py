@@ -14,7 +14,8 @@ import numpy as np
 from core.config import ModelSpec
 from core.loading import ModelInfo
 from core.tasks.embed import EmbedRequest
-from core.tokenization import Encoded, TextTokenizer, pad_batch
+from core.tasks.base import TextTask
+from core.tokenization import Encoded
 
 
 @dataclass(slots=True)
@@ -40,23 +41,18 @@ def to_sparse(dense: np.ndarray) -> SparseVector:
     return SparseVector(idx.astype(np.int64), dense[idx].astype(np.float32))
 
 
-class SparseTask:
+class SparseTask(TextTask):
     name: ClassVar[str] = "sparse"
     head: ClassVar[str] = "splade"
     capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings_sparse", "tokenize"})
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
-        self.info = info
-        self.tokenizer = TextTokenizer(info.folder, info.max_length)
-        self.pad_multiple = spec.pad_to_multiple_of
+        super().__init__(info, spec)
 
     def prepare(self, request: EmbedRequest) -> list[Encoded]:
         if request.token_ids is not None:
             return self.tokenizer.from_ids(request.token_ids, truncate=request.truncate)
         return self.tokenizer.encode(request.texts or [], truncate=request.truncate)
-
-    def collate(self, items: Sequence[Encoded]) -> Mapping[str, np.ndarray]:
-        return pad_batch(items, self.tokenizer.pad_id, self.pad_multiple)
 
     def postprocess(self, outputs: Mapping[str, np.ndarray], items: Sequence[Encoded]) -> list[SparseVector]:
         if "sparse_embedding" in outputs:
