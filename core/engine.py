@@ -129,9 +129,6 @@ class Engine:
     def healthy(self) -> bool:
         return self.consecutive_failures < UNHEALTHY_AFTER
 
-    def check(self) -> None:
-        self.backend.health()
-
     def card(self) -> dict:
         return {
             "id": self.name,

@@ -10,8 +10,6 @@ from typing import Any
 
 from core.errors import InvalidInput
 
-POOLING_MODES = ("cls", "mean", "max", "lasttoken", "mean_sqrt_len_tokens")
-
 
 @dataclass(frozen=True)
 class ModelInfo:

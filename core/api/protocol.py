@@ -106,7 +106,7 @@ Document = Union[str, dict[str, Any]]
 
 class RerankRequest(_Request):
     """``/v1/rerank`` and ``/rerank`` (Infinity / Cohere v1 shape). ``/rerank`` with ``texts`` instead of
-    ``documents`` is TEI's shape (see :class:`TeiRerankRequest`)."""
+    ``documents`` is TEI's shape (``query``, ``texts``, ``raw_scores``, ``return_text``, ``truncate``)."""
 
     query: str
     documents: list[Document] | None = Field(default=None, description="strings, or objects with a 'text' field")
@@ -134,14 +134,6 @@ class RerankResponse(BaseModel):
     results: list[RerankResult]
     model: str
     usage: Usage
-
-
-class TeiRerankRequest(_Request):
-    query: str
-    texts: list[str]
-    raw_scores: bool = False
-    return_text: bool = False
-    truncate: bool = True
 
 
 class CohereRerankRequest(_Request):

@@ -8,8 +8,9 @@ from fastapi.responses import Response
 from core.api import protocol
 from core.api.encode import dumps, embedding_list
 from core.api.routes.common import JSONBytes, deadline_for, registry_of, serve_until_disconnect, settings_of
+from core.api.routes.inputs import check_count, check_texts
 from core.config import Settings
-from core.errors import InvalidInput, TooLarge
+from core.errors import InvalidInput
 from core.quantize import CALIBRATION_TEXTS, Calibrations, quantize
 from core.tasks.embed import EmbedRequest
 
@@ -28,10 +29,7 @@ def media_request(body: protocol.EmbeddingRequest, settings: Settings, deadline:
         if not isinstance(ref, str):
             raise InvalidInput(f"input[{i}]: {body.modality} input must be a data: URI or an http(s) URL string",
                                param="input")
-    if len(refs) > settings.max_items_per_request:
-        raise TooLarge(
-            f"{len(refs)} inputs in one request; the limit is {settings.max_items_per_request}", param="input"
-        )
+    check_count(len(refs), settings, "input")
     return EmbedRequest(
         modality=body.modality, inputs=list(refs), normalize=body.normalize, dimensions=body.dimensions,
         truncate=body.truncate, media=MediaFetcher(MediaLimits.from_settings(settings), deadline=deadline),
@@ -55,16 +53,10 @@ def embed_request(body: protocol.EmbeddingRequest, settings: Settings, deadline:
         token_ids = [value]  # type: ignore[list-item]
     else:
         token_ids = value  # type: ignore[assignment]
-    count = len(texts if texts is not None else token_ids)
-    if count > settings.max_items_per_request:
-        raise TooLarge(
-            f"{count} inputs in one request; the limit is {settings.max_items_per_request}", param="input"
-        )
     if texts is not None:
-        limit = settings.max_chars_per_item
-        for i, text in enumerate(texts):
-            if len(text) > limit:
-                raise TooLarge(f"input[{i}] has {len(text)} characters; the limit is {limit}", param="input")
+        check_texts(texts, settings, "input")
+    else:
+        check_count(len(token_ids), settings, "input")
     return EmbedRequest(
         texts=texts, token_ids=token_ids, truncate=body.truncate, normalize=body.normalize,
         dimensions=body.dimensions, prompt=body.prompt, prompt_name=body.prompt_name, input_type=body.input_type,
@@ -99,7 +91,8 @@ async def quantized(request: Request, engine, task_request: EmbedRequest, vector
                            f"{engine.name!r} returns multi-vector embeddings", param="embedding_type")
     ranges = None
     if embedding_type in ("int8", "uint8"):
-        calibrations = request.app.state.calibrations.setdefault(engine.name, Calibrations())
+        known = request.app.state.calibrations
+        calibrations = known.get(engine.name) or known.setdefault(engine.name, Calibrations())
         key = (task_request.dimensions, task_request.normalize)
 
         async def embed_calibration_set():

@@ -10,12 +10,15 @@ from core.config import Settings
 from core.errors import InvalidInput, TooLarge
 
 
+def check_count(count: int, settings: Settings, param: str) -> None:
+    """The server's limit of items per request."""
+    if count > settings.max_items_per_request:
+        raise TooLarge(f"{count} inputs in one request; the limit is {settings.max_items_per_request}", param=param)
+
+
 def check_texts(texts: Sequence[str], settings: Settings, param: str) -> list[str]:
     """Limits of the server (items per request, characters per item)."""
-    if len(texts) > settings.max_items_per_request:
-        raise TooLarge(
-            f"{len(texts)} inputs in one request; the limit is {settings.max_items_per_request}", param=param
-        )
+    check_count(len(texts), settings, param)
     limit = settings.max_chars_per_item
     for i, text in enumerate(texts):
         if len(text) > limit:
