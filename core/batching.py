@@ -75,6 +75,7 @@ class Batcher:
         max_queue_items: int,
         retry_after_s: int = 1,
         window: int | None = None,
+        workers: int = 1,
         name: str = "model",
         on_batch: Callable[[BatchStats], None] | None = None,
         on_error: Callable[[BaseException], None] | None = None,
@@ -87,12 +88,16 @@ class Batcher:
         self.max_queue_items = max_queue_items
         self.retry_after_s = retry_after_s
         self.window = window or max_batch_size * 4
+        self.workers = workers
         self.name = name
         self._on_batch = on_batch
         self._on_error = on_error
         self._on_success = on_success
         self._on_drop = on_drop
         self._queue: list[_Slot] = []
+        self._running: set[asyncio.Task] = set()
+        self._active = 0  # batches dispatched and not yet finished
+        self._free: asyncio.Semaphore | None = None
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -103,7 +108,9 @@ class Batcher:
         if self._task is not None:
             return
         self._wakeup = asyncio.Event()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"infer-{self.name}")
+        self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=f"infer-{self.name}")
+        self._free = asyncio.Semaphore(self.workers)
+        self._active = 0
         self._accepting = True
         self._task = asyncio.create_task(self._loop(), name=f"batcher-{self.name}")
 
@@ -118,10 +125,13 @@ class Batcher:
                     break
                 await asyncio.sleep(0.01)
         self._task.cancel()
-        try:
-            await self._task
-        except asyncio.CancelledError:
-            pass
+        for task in list(self._running):
+            task.cancel()
+        for task in [self._task, *self._running]:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
         self._task = None
         for slot in self._queue:
             if not slot.request.future.done():
@@ -134,7 +144,9 @@ class Batcher:
     def depth(self) -> int:
         return len(self._queue)
 
-    _busy: bool = False
+    @property
+    def _busy(self) -> bool:
+        return self._active > 0
 
     # submit ----------------------------------------------------------------------------------
     async def submit(
@@ -171,54 +183,76 @@ class Batcher:
 
     # loop ------------------------------------------------------------------------------------
     async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
+        """Take a batch whenever a worker is free (work queued meanwhile coalesces into the next batch)."""
         while True:
             if not self._queue:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
+            await self._free.acquire()
+            if self._active and not self._full_batch_queued():
+                # another batch is running: let a partial batch coalesce until that one ends or it fills
+                self._free.release()
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
             batch = self._take()
             if not batch:
+                self._free.release()
                 continue
-            stats = BatchStats(
-                size=len(batch),
-                tokens=sum(s.cost for s in batch),
-                padded_tokens=len(batch) * max(s.cost for s in batch),
-            )
-            now = time.monotonic()
-            stats.queue_seconds = [now - s.request.enqueued for s in batch]
-            self._busy = True
-            try:
-                results = await loop.run_in_executor(self._executor, self._fn, [s.item for s in batch])
-                if len(results) != len(batch):
-                    raise BackendFailure(f"batch returned {len(results)} results for {len(batch)} items")
-            except asyncio.CancelledError:
-                self._fail(batch, NotReady("server is shutting down"))
-                raise
-            except TesseraError as exc:
-                self._report_error(exc)
-                self._fail(batch, exc)
+            self._active += 1
+            task = asyncio.create_task(self._run(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _run(self, batch: list[_Slot]) -> None:
+        loop = asyncio.get_running_loop()
+        stats = BatchStats(
+            size=len(batch),
+            tokens=sum(s.cost for s in batch),
+            padded_tokens=len(batch) * max(s.cost for s in batch),
+        )
+        now = time.monotonic()
+        stats.queue_seconds = [now - s.request.enqueued for s in batch]
+        try:
+            results = await loop.run_in_executor(self._executor, self._fn, [s.item for s in batch])
+            if len(results) != len(batch):
+                raise BackendFailure(f"batch returned {len(results)} results for {len(batch)} items")
+        except asyncio.CancelledError:
+            self._fail(batch, NotReady("server is shutting down"))
+            raise
+        except TesseraError as exc:
+            self._report_error(exc)
+            self._fail(batch, exc)
+            return
+        except Exception as exc:  # a backend/runtime fault: fail this batch's requests only
+            log.exception("batch of %d items failed on model %s", len(batch), self.name)
+            self._report_error(exc)
+            self._fail(batch, BackendFailure(f"inference failed: {type(exc).__name__}: {exc}"))
+            return
+        finally:
+            self._active -= 1
+            self._free.release()
+            self._wakeup.set()  # the loop may be holding a partial batch back until this one ends
+        stats.run_seconds = time.monotonic() - now
+        if self._on_success:
+            self._on_success()
+        if self._on_batch:
+            self._on_batch(stats)
+        for slot, result in zip(batch, results):
+            req = slot.request
+            if req.future.done():
                 continue
-            except Exception as exc:  # a backend/runtime fault: fail this batch's requests only
-                log.exception("batch of %d items failed on model %s", len(batch), self.name)
-                self._report_error(exc)
-                self._fail(batch, BackendFailure(f"inference failed: {type(exc).__name__}: {exc}"))
-                continue
-            finally:
-                self._busy = False
-            stats.run_seconds = time.monotonic() - now
-            if self._on_success:
-                self._on_success()
-            if self._on_batch:
-                self._on_batch(stats)
-            for slot, result in zip(batch, results):
-                req = slot.request
-                if req.future.done():
-                    continue
-                req.results[slot.index] = result
-                req.remaining -= 1
-                if req.remaining == 0:
-                    req.future.set_result(req.results)
+            req.results[slot.index] = result
+            req.remaining -= 1
+            if req.remaining == 0:
+                req.future.set_result(req.results)
+
+    def _full_batch_queued(self) -> bool:
+        """Enough queued for a full batch (by count or, unpadded, by tokens)?"""
+        if len(self._queue) >= self.max_batch_size:
+            return True
+        return sum(s.cost for s in self._queue) >= self.max_batch_tokens
 
     def _dropped(self, reason: str) -> None:
         if self._on_drop:

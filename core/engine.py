@@ -42,6 +42,7 @@ class Engine:
             max_batch_size=backend.max_batch_size or spec.max_batch_size,
             max_queue_items=spec.max_queue_items,
             retry_after_s=settings.retry_after_s,
+            workers=getattr(backend, "lanes", 1),
             name=self.name,
             on_batch=self._on_batch,
             on_error=self._on_error,

@@ -21,6 +21,7 @@ class Backend(Protocol):
     name: ClassVar[str]
     #: fixed compiled batch size (Neuron) or None for dynamic shapes
     max_batch_size: int | None
+    # optional: ``lanes: int``, how many ``run`` calls it takes at once from different threads (default 1)
 
     @classmethod
     def from_spec(cls, spec: "ModelSpec") -> "Backend":

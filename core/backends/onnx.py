@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import ClassVar, Mapping
 
@@ -48,14 +49,19 @@ class OnnxBackend:
     def from_spec(cls, spec: ModelSpec) -> "OnnxBackend":
         from core.backends.registry import onnx_file_for
 
-        return cls(onnx_file=onnx_file_for(spec), providers=spec.providers, spin=spec.ort_spin)
+        return cls(onnx_file=onnx_file_for(spec), providers=spec.providers, spin=spec.ort_spin, lanes=spec.workers)
 
-    def __init__(self, onnx_file: Path | None = None, providers: list[str] | None = None, spin: bool = True) -> None:
+    def __init__(self, onnx_file: Path | None = None, providers: list[str] | None = None, spin: bool = True,
+                 lanes: int = 1) -> None:
         self._onnx_file = onnx_file
         self._requested = providers
         self._spin = spin
+        self.lanes = lanes
         self._runtime_error: type[Exception] = RuntimeError
         self._session = None
+        self._shared = None  # the session runs use while another run is in flight (lanes > 1)
+        self._in_flight = 0
+        self._lock = threading.Lock()
         self._inputs: frozenset[str] = frozenset()
         self._outputs: list[str] = []
         self._device = "cpu"
@@ -77,15 +83,12 @@ class OnnxBackend:
                 f"no ONNX graph at {path}: export one with `python scripts/export_onnx.py {model_dir} OUT`"
             )
         providers = _providers(ort, device, self._requested)
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        # busy-waiting between ops/runs (ONNX Runtime's default) saves ~0.8 ms a call on a single short text
-        # here; ort_spin: false gives that CPU to tokenization and the event loop instead (docs/benchmarks.md)
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if self._spin else "0")
-        self._session = ort.InferenceSession(str(path), sess_options=opts, providers=providers)
+        self._session = self._new_session(ort, path, providers, threads)
+        if self.lanes > 1:
+            # Batches that overlap each run on threads/lanes threads of their own: no intra-op barrier
+            # shared with a thread the OS has lent to HTTP or tokenization, no pool spinning between them.
+            # A batch that runs alone (light load) keeps every thread, so single-request latency is not paid.
+            self._shared = self._new_session(ort, path, providers, max(1, threads // self.lanes))
         self._inputs = frozenset(i.name for i in self._session.get_inputs())
         outputs = [o.name for o in self._session.get_outputs()]
         wanted = list(get_head(head).outputs)
@@ -95,16 +98,33 @@ class OnnxBackend:
         self._outputs, self._device, self._dtype = wanted, device, dtype
         self._onnx_file = Path(path)
 
+    def _new_session(self, ort, path: Path, providers: list, threads: int):
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        # busy-waiting between ops/runs (ONNX Runtime's default) saves ~0.8 ms a call on a single short text
+        # here; ort_spin: false gives that CPU to tokenization and the event loop instead (docs/benchmarks.md)
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if self._spin else "0")
+        return ort.InferenceSession(str(path), sess_options=opts, providers=providers)
+
     def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
         if self._session is None:
             raise BackendFailure("onnx backend used before load()")
         feeds = {k: v for k, v in inputs.items() if k in self._inputs}
+        with self._lock:
+            session = self._session if self._in_flight == 0 or self._shared is None else self._shared
+            self._in_flight += 1
         try:
-            results = self._session.run(self._outputs, feeds)
+            results = session.run(self._outputs, feeds)
         except self._runtime_error as exc:  # an allocation failure is retried in halves by the engine
             if "alloc" in str(exc).lower():
                 raise OutOfMemory(f"onnxruntime: {exc}") from exc
             raise
+        finally:
+            with self._lock:
+                self._in_flight -= 1
         return {name: out if out.dtype == np.float32 else out.astype(np.float32)
                 for name, out in zip(self._outputs, results)}
 
@@ -114,5 +134,5 @@ class OnnxBackend:
 
     def describe(self) -> dict:
         return {"backend": self.name, "device": self._device, "dtype": self._dtype,
-                "file": self._onnx_file.name if self._onnx_file else None,
+                "file": self._onnx_file.name if self._onnx_file else None, "lanes": self.lanes,
                 "providers": self._session.get_providers() if self._session is not None else None}

@@ -276,3 +276,68 @@ def test_long_item_does_not_join_short_batch():
     run(main())
     assert rec.batches[1] == ["long"]
     assert sorted(rec.batches[2]) == sorted(f"short{i}" for i in range(31))
+
+
+def test_two_workers_run_two_full_batches_at_once():
+    """workers=2: two full batches are in the batch function at the same time (a barrier of two would
+    time out if they ran one after the other)."""
+    barrier = threading.Barrier(2, timeout=5)
+    batches = []
+
+    def fn(items):
+        batches.append(list(items))
+        barrier.wait()
+        return [("out", x) for x in items]
+
+    async def main():
+        b = make(fn, max_batch_size=4, workers=2)
+        await b.start()
+        out = await asyncio.gather(b.submit(list(range(4)), costs=[5] * 4),
+                                   b.submit(list(range(4, 8)), costs=[5] * 4))
+        await b.stop()
+        return out
+
+    first, second = run(main())
+    assert first == [("out", i) for i in range(4)] and second == [("out", i) for i in range(4, 8)]
+    assert sorted(map(sorted, batches)) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_two_workers_hold_a_partial_batch_back_while_one_runs():
+    """A second worker does not start a half-empty batch while the first runs: queued work coalesces."""
+    rec = Recorder()
+    rec.gate.clear()
+
+    async def main():
+        b = make(rec, max_batch_size=4, workers=2)
+        await b.start()
+        full = asyncio.create_task(b.submit([0, 1, 2, 3], costs=[5] * 4))
+        await asyncio.sleep(0.05)  # the full batch is now blocked in the batch function
+        late = []
+        for x in (4, 5):  # one by one: a free worker would take each alone
+            late.append(asyncio.create_task(b.submit([x], costs=[5])))
+            await asyncio.sleep(0.05)
+        rec.gate.set()
+        out = await asyncio.gather(full, *late)
+        await b.stop()
+        return out
+
+    out = run(main())
+    assert out == [[("out", i) for i in range(4)], [("out", 4)], [("out", 5)]]
+    assert sorted(map(sorted, rec.batches)) == [[0, 1, 2, 3], [4, 5]]
+
+
+def test_two_workers_stop_fails_running_and_queued_work():
+    rec = Recorder()
+    rec.gate.clear()
+
+    async def main():
+        b = make(rec, max_batch_size=2, workers=2)
+        await b.start()
+        tasks = [asyncio.create_task(b.submit([x], costs=[5])) for x in range(6)]
+        await asyncio.sleep(0.05)
+        await b.stop(drain=False)
+        rec.gate.set()
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    out = run(main())
+    assert out and all(isinstance(r, NotReady) for r in out)

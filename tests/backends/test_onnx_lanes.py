@@ -1,0 +1,65 @@
+"""``workers: 2`` on the ONNX backend: overlapping batches run on a second, narrower session and give the
+same embeddings as one batch at a time; a batch that runs alone keeps the full session."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from core.config import ModelSpec, Settings
+from core.engine import Engine
+from core.tasks.embed import EmbedRequest
+
+SETTINGS = Settings(threads=2)
+
+
+class CountingSession:
+    """The real ONNX Runtime session, with its calls counted (the runs still happen in the runtime)."""
+
+    def __init__(self, session):
+        self.session = session
+        self.calls = 0
+
+    def run(self, *args, **kwargs):
+        self.calls += 1
+        return self.session.run(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.session, name)
+
+
+def embed(engine: Engine, texts: list[str]) -> np.ndarray:
+    return engine.run_sync(EmbedRequest(texts=texts)).vectors
+
+
+def test_overlapping_batches_use_the_second_session_and_match(minilm_onnx_dir, sentences):
+    one = Engine.load(ModelSpec(path=minilm_onnx_dir, backend="onnx"), SETTINGS)
+    two = Engine.load(ModelSpec(path=minilm_onnx_dir, backend="onnx", workers=2, max_batch_size=4), SETTINGS)
+    assert one.card()["lanes"] == 1 and two.card()["lanes"] == 2
+    full, shared = CountingSession(two.backend._session), CountingSession(two.backend._shared)
+    two.backend._session, two.backend._shared = full, shared
+
+    texts = sentences[:32]
+    reference = embed(one, texts)
+
+    async def serve():
+        await two.batcher.start()
+        try:  # 32 single-text requests at once: batches of 4 on two workers overlap
+            return await asyncio.gather(*(two(EmbedRequest(texts=[t])) for t in texts))
+        finally:
+            await two.batcher.stop()
+
+    answers = asyncio.run(serve())
+    got = np.concatenate([a.vectors for a in answers])
+    assert shared.calls > 0 and full.calls > 0
+    np.testing.assert_allclose(got, reference, atol=2e-5)
+
+
+def test_a_lone_batch_keeps_the_full_session(minilm_onnx_dir, sentences):
+    two = Engine.load(ModelSpec(path=minilm_onnx_dir, backend="onnx", workers=2), SETTINGS)
+    full, shared = CountingSession(two.backend._session), CountingSession(two.backend._shared)
+    two.backend._session, two.backend._shared = full, shared
+    for t in sentences[:3]:
+        embed(two, [t])
+    assert (full.calls, shared.calls) == (3, 0)
