@@ -210,6 +210,11 @@ def gpu_memory_mb(pid: int) -> float | None:
 
 # ---- load: bench.http_cell over a few client processes ------------------------------------------------
 
+def _warm(_: int) -> None:
+    import aiohttp  # noqa: F401  (a spawned client imports its libraries before its first timed cell)
+    import numpy  # noqa: F401
+
+
 def _client(url, model, texts, kind, batch, concurrency, duration, dim, pid, counts) -> "bench.Cell":
     return asyncio.run(bench.http_cell(url, model, texts, kind, batch, concurrency, duration, dim, {}, pid,
                                        token_counts=counts))
@@ -520,6 +525,8 @@ def main(argv: list[str] | None = None) -> int:
     import multiprocessing
 
     pool = ProcessPoolExecutor(args.clients, mp_context=multiprocessing.get_context("spawn")) if args.clients > 1 else None
+    if pool is not None:
+        list(pool.map(_warm, range(args.clients)))
     try:
         for name in args.backends.split(","):
             try:
