@@ -80,6 +80,8 @@ class Cell:
             "p50 ms": pct(0.50), "p90 ms": pct(0.90), "p99 ms": pct(0.99),
             "errors": self.errors, "requests": len(lat),
             "server cpu %": (100 * self.cpu_seconds / self.seconds) if self.cpu_seconds is not None else None,
+            # CPU the server spent per request (all its threads): compare with the in-process "cpu ms/batch"
+            "server cpu ms/req": (1000 * self.cpu_seconds / len(lat)) if self.cpu_seconds is not None and lat else None,
         }
 
 
@@ -208,6 +210,7 @@ def inprocess_cells(spec_kwargs: dict, kinds: list[str], batches: list[int], dur
                         engine.run_sync(EmbedRequest(texts=chunks[j % len(chunks)]))
                 call(0)
                 lat = []
+                cpu0 = time.process_time()
                 start = time.perf_counter()
                 j = 0
                 while time.perf_counter() - start < duration:
@@ -218,8 +221,52 @@ def inprocess_cells(spec_kwargs: dict, kinds: list[str], batches: list[int], dur
                 total = time.perf_counter() - start
                 lat.sort()
                 rows.append({"path": label, "texts": kind, "batch": batch,
-                             "emb/s": j * batch / total, "p50 ms": statistics.median(lat) * 1000})
+                             "emb/s": j * batch / total, "p50 ms": statistics.median(lat) * 1000,
+                             "cpu ms/batch": 1000 * (time.process_time() - cpu0) / j})
     return rows
+
+
+def plain_ort_embedder(graph: Path, tokenizer_json: Path, threads: int, max_length: int = 256):
+    """The baseline a user writes by hand: the plain ``torch.onnx.export`` graph in an ONNX Runtime session
+    (default optimisations, ``threads`` intra-op threads); each call pads its texts to the longest,
+    tokenize → run → mean-pool → normalize. Returns the embed function (texts → float32 array)."""
+    import numpy as np
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_json))
+    tok.enable_truncation(max_length)
+    tok.enable_padding()
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    session = ort.InferenceSession(str(graph), opts, providers=["CPUExecutionProvider"])
+    names = {i.name for i in session.get_inputs()}
+
+    def embed(chunk: list[str]) -> np.ndarray:
+        enc = tok.encode_batch(chunk)
+        ids = np.array([e.ids for e in enc], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        hidden = session.run(None, {k: v for k, v in feeds.items() if k in names})[0]
+        m = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
+        return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+
+    return embed
+
+
+def plain_ort_loop(graph: Path, tokenizer_json: Path, texts: list[str], batch: int, duration: float,
+                   threads: int, max_length: int = 256) -> float:
+    """Times ``plain_ort_embedder`` over ``texts`` in order, in batches of ``batch``, in one process with
+    ``threads`` cores, for ``duration`` seconds (after one warm-up batch). Returns embeddings/s."""
+    embed = plain_ort_embedder(graph, tokenizer_json, threads, max_length)
+    chunks = [texts[i:i + batch] for i in range(0, len(texts) - batch + 1, batch)]
+    embed(chunks[0])
+    done, start = 0, time.perf_counter()
+    while time.perf_counter() - start < duration:
+        embed(chunks[done % len(chunks)])
+        done += 1
+    return done * batch / (time.perf_counter() - start)
 
 
 # ---- server process -------------------------------------------------------------------------------
