@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from scripts.bench import (  # noqa: E402
-    ensure_onnx, http_cell, make_texts, peak_rss_mb, token_counts_for, wait_ready,
+    ensure_onnx, http_cell, make_texts, peak_rss_mb, plain_ort_loop, token_counts_for, wait_ready,
 )
 
 
@@ -66,9 +66,9 @@ def start_infinity(binary: str, folder: Path, port: int, precision: str) -> subp
     return subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def start_tessera(folder: Path, port: int, precision: str) -> subprocess.Popen:
+def start_tessera(folder: Path, port: int, precision: str, options: dict | None = None) -> subprocess.Popen:
     spec = {"path": str(folder), "name": "bench", "backend": "onnx",
-            "dtype": "int8" if precision == "int8" else "float32"}
+            "dtype": "int8" if precision == "int8" else "float32", **(options or {})}
     env = {**os.environ, "TESSERA_MODELS": json.dumps([spec]), "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "uvicorn", "core.dev:app", "--host", "127.0.0.1", "--port", str(port),
            "--no-access-log", "--log-level", "warning", "--loop", "uvloop", "--http", "httptools"]
@@ -159,11 +159,20 @@ def main() -> int:
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "bench")
+    p.add_argument("--tessera-option", action="append", default=[], metavar="KEY=JSON",
+                   help="extra model-spec option for Tessera, e.g. workers=2 (repeatable)")
+    p.add_argument("--tag", default="", help="suffix of the JSON/PNG names (keeps runs with options apart)")
+    p.add_argument("--plain", action="store_true",
+                   help="also time the plain in-process ONNX Runtime loop (plain graph, all cores) on each "
+                        "batch>1 workload, interleaved with the servers; the servers idle meanwhile")
     args = p.parse_args()
+    options = {k: json.loads(v) for k, v in (o.split("=", 1) for o in args.tessera_option)}
     if args.replot:
         return replot(args.replot, args.precision)
     if not args.infinity:
         p.error("--infinity is required")
+    if Path(args.infinity).exists():  # Infinity starts in the model folder: a relative path would not resolve
+        args.infinity = str(Path(args.infinity).resolve())
 
     from core.config import default_model_path
 
@@ -173,7 +182,7 @@ def main() -> int:
     servers = {}
     try:
         for name, port, start, health in (
-            ("tessera", 8811, lambda port: start_tessera(tessera_dir, port, args.precision), "/ready"),
+            ("tessera", 8811, lambda port: start_tessera(tessera_dir, port, args.precision, options), "/ready"),
             ("infinity", 8812, lambda port: start_infinity(args.infinity, inf_dir, port, args.precision), "/health"),
         ):
             proc = start(port)
@@ -187,7 +196,12 @@ def main() -> int:
             for batch in (int(b) for b in args.batch.split(",")):
                 for conc in (int(c) for c in args.concurrency.split(",")):
                     runs: dict[str, list] = {"tessera": [], "infinity": []}
+                    plain: list[float] = []
                     for _ in range(args.reps):
+                        if args.plain and batch > 1:
+                            graph = inf_dir / ("model_quantized.onnx" if args.precision == "int8" else "model.onnx")
+                            plain.append(plain_ort_loop(graph, inf_dir / "tokenizer.json", texts, batch,
+                                                        args.duration, len(os.sched_getaffinity(0))))
                         for name in ("tessera", "infinity"):  # interleaved: A B A B
                             s = servers[name]
                             cell = asyncio.run(http_cell(s["url"], "bench", texts, kind, batch, conc, args.duration,
@@ -203,6 +217,11 @@ def main() -> int:
                     ratios = [t["emb/s"] / i["emb/s"] for t, i in zip(runs["tessera"], runs["infinity"]) if i["emb/s"]]
                     row["ratio"] = statistics.median(ratios) if ratios else float("nan")
                     row["ratio min-max"] = f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else ""
+                    if plain:
+                        row["plain loop emb/s"] = statistics.median(plain)
+                        vs = [t["emb/s"] / p for t, p in zip(runs["tessera"], plain)]
+                        row["tessera/plain"] = statistics.median(vs)
+                        row["tessera/plain min-max"] = f"{min(vs):.2f}–{max(vs):.2f}"
                     rows.append(row)
                     print(json.dumps(row), flush=True)
         for name, s in servers.items():
@@ -215,7 +234,8 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 s["proc"].kill()
 
-    print(f"\n### Tessera vs Infinity 0.0.78, all-MiniLM-L6-v2 {args.precision}, {os.cpu_count()} CPUs, "
+    tag = f"{args.precision}{args.tag}"
+    print(f"\n### Tessera{' ' + json.dumps(options) if options else ''} vs Infinity 0.0.78, all-MiniLM-L6-v2 {args.precision}, {os.cpu_count()} CPUs, "
           f"{args.duration:.0f} s × {args.reps} interleaved repetitions per cell\n")
     print("| texts | batch | conc | Tessera emb/s | Infinity emb/s | ratio (min–max) | Tessera p50/p99 ms | Infinity p50/p99 ms | errors T/I |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -223,12 +243,19 @@ def main() -> int:
         print(f"| {r['texts']} | {r['batch']} | {r['conc']} | {r['tessera emb/s']:.1f} | {r['infinity emb/s']:.1f} | "
               f"{r['ratio']:.2f} ({r['ratio min-max']}) | {r['tessera p50 ms']:.1f} / {r['tessera p99 ms']:.1f} | "
               f"{r['infinity p50 ms']:.1f} / {r['infinity p99 ms']:.1f} | {r['tessera errors']}/{r['infinity errors']} |")
+    if any("plain loop emb/s" in r for r in rows):
+        print("\n| texts | batch | conc | Tessera emb/s | plain in-process ORT loop emb/s | Tessera/plain (min–max) |")
+        print("|---|---|---|---|---|---|")
+        for r in rows:
+            if "plain loop emb/s" in r:
+                print(f"| {r['texts']} | {r['batch']} | {r['conc']} | {r['tessera emb/s']:.1f} | "
+                      f"{r['plain loop emb/s']:.1f} | {r['tessera/plain']:.2f} ({r['tessera/plain min-max']}) |")
     print()
     for name, s in servers.items():
         print(f"- {name}: start → healthy {s['start_s']:.1f} s, peak RSS {s.get('peak_rss_mb') or 0:.0f} MB")
-    written = charts(rows, args.out, args.precision)
-    (args.out / f"compare-{args.precision}.json").write_text(json.dumps(
-        {"rows": rows, "servers": {k: {"start_s": v["start_s"], "peak_rss_mb": v.get("peak_rss_mb")}
+    written = charts(rows, args.out, tag)
+    (args.out / f"compare-{tag}.json").write_text(json.dumps(
+        {"options": options, "rows": rows, "servers": {k: {"start_s": v["start_s"], "peak_rss_mb": v.get("peak_rss_mb")}
                                    for k, v in servers.items()}}, indent=1))
     print("charts: " + ", ".join(str(w) for w in written))
     return 0
