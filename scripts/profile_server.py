@@ -1,0 +1,120 @@
+#!/usr/bin/env python
+"""Where a loaded Tessera server spends its time: py-spy samples every thread of a real server on loopback
+while scripts/bench.py's closed-loop client loads it, then prints, per thread, the share of wall time in
+the runtime (ONNX Runtime's ``Session.run``), in Python work, and waiting, and the hottest Python frames.
+
+    python scripts/profile_server.py --dtype float32 --texts short --batch 32 --concurrency 64 --seconds 8
+
+Needs py-spy (``pip install py-spy``; in the ``bench`` extra) and permission to ptrace the server (root or
+``kernel.yama.ptrace_scope=0``). The raw samples are kept with ``--raw FILE`` (flamegraph.pl reads them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from scripts.bench import ensure_onnx, http_cell, make_texts, start_server, wait_ready  # noqa: E402
+
+#: leaf frames that mean "this thread is waiting" (executor queue, event loop's selector, locks)
+WAITING = ("_worker (concurrent/futures/thread.py:81)", "Runner.run (asyncio/runners.py", "wait (threading.py",
+           "select (selectors.py", "_bootstrap_inner (threading.py")
+RUNTIME = ("Session.run (onnxruntime",)
+
+
+def summarize(raw: Path, top: int = 12) -> dict:
+    """Per-thread shares (runtime / Python / waiting) and the hottest Python leaf frames outside the runtime."""
+    threads: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    hot: collections.Counter = collections.Counter()
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        name = frames[0].split(":", 1)[-1].strip() if frames else "?"
+        leaf, n = frames[-1], int(count)
+        if leaf.startswith(RUNTIME):
+            kind = "runtime"
+        elif leaf.startswith(WAITING):
+            kind = "waiting"
+        else:
+            kind = "python"
+            hot[leaf] += n
+        threads[name][kind] += n
+    per_thread = {}
+    for name, c in threads.items():
+        total = sum(c.values())
+        per_thread[name] = {k: round(100 * c[k] / total, 1) for k in ("runtime", "python", "waiting")}
+        per_thread[name]["samples"] = total
+    busy = sum(hot.values()) or 1
+    return {"threads": per_thread,
+            "hot_python_frames": [(f, round(100 * n / busy, 1)) for f, n in hot.most_common(top)]}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--texts", default="short")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--seconds", type=float, default=8.0, help="sampling time (the load runs 4 s longer)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=JSON", help="model-spec option")
+    p.add_argument("--port", type=int, default=8790)
+    p.add_argument("--raw", type=Path, help="keep py-spy's raw samples here")
+    args = p.parse_args()
+    pyspy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(pyspy).exists():
+        raise SystemExit("py-spy not found: pip install py-spy (in the bench extra)")
+
+    from core.config import default_model_path
+
+    folder = ensure_onnx(default_model_path())
+    spec = {"path": str(folder), "name": "bench", "backend": "onnx", "dtype": args.dtype,
+            **{k: json.loads(v) for k, v in (o.split("=", 1) for o in args.option)}}
+    proc = start_server([spec], args.port, None, {})
+    raw = args.raw or Path(tempfile.mkdtemp()) / "samples.txt"
+    try:
+        url = f"http://127.0.0.1:{args.port}"
+        wait_ready(url, proc)
+        result: dict = {}
+
+        def load():
+            cell = asyncio.run(http_cell(url, "bench", make_texts(args.texts, 2048), args.texts, args.batch,
+                                         args.concurrency, args.seconds + 4, None, {}, proc.pid))
+            result.update(cell.row())
+
+        loader = threading.Thread(target=load)
+        loader.start()
+        time.sleep(2)
+        subprocess.run([pyspy, "record", "-p", str(proc.pid), "-d", str(int(args.seconds)), "-r", "100",
+                        "-f", "raw", "-o", str(raw), "--threads", "--nonblocking"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        loader.join()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    summary = summarize(raw)
+    print(f"load: {args.texts} × {args.batch} per request, {args.concurrency} clients, {args.dtype} {spec}: "
+          f"{result.get('emb/s', 0):.0f} emb/s, server CPU {result.get('server cpu %') or 0:.0f}%, "
+          f"errors {result.get('errors')}")
+    print("\n| thread | in runtime % | Python % | waiting (or in the loop's C code) % | samples |\n|---|---|---|---|---|")
+    for name, s in sorted(summary["threads"].items(), key=lambda kv: -kv[1]["samples"]):
+        print(f"| {name} | {s['runtime']} | {s['python']} | {s['waiting']} | {s['samples']} |")
+    print("\nhottest Python frames (share of Python samples):")
+    for frame, share in summary["hot_python_frames"]:
+        print(f"  {share:5.1f}%  {frame}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
