@@ -297,7 +297,7 @@ def wait_ready(url: str, proc: subprocess.Popen | None, timeout: float = 180) ->
 
 
 def ensure_onnx(model_path: Path) -> Path:
-    """A folder without an ONNX graph is exported once into .venv/models/ (fused fp32 + both int8 flavours)."""
+    """A folder without an ONNX graph is exported once into .venv/models/ (plain fp32 + both int8 flavours)."""
     if (model_path / "onnx" / "model.onnx").exists() or (model_path / "model.onnx").exists():
         return model_path
     from core.convert.onnx_export import export_folder

@@ -256,11 +256,12 @@ def spec_for(backend: str, model_path: Path, device: str, dtype: str) -> tuple[d
     providers = onnxruntime.get_available_providers()
     if device.startswith("cuda") and "CUDAExecutionProvider" not in providers:
         return None, ORT_GPU_MISSING.format(providers=providers)
-    folder = bench.ensure_onnx(model_path)  # exported once (fused fp32 + int8) under .venv/models/
+    folder = bench.ensure_onnx(model_path)  # exported once (fp32 + int8) under .venv/models/
     if dtype in ("float16", "fp16") and not (folder / "onnx" / "model_fp16.onnx").exists():
         from core.convert.onnx_fp16 import convert_fp16
 
-        convert_fp16(folder / "onnx" / "model.onnx", folder / "onnx" / "model_fp16.onnx")
+        config = json.loads((folder / "config.json").read_text())  # fused, then fp16
+        convert_fp16(folder / "onnx" / "model.onnx", folder / "onnx" / "model_fp16.onnx", config=config)
     return {"path": str(folder), "backend": "onnx", "device": device, "dtype": dtype}, None
 
 

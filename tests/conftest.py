@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def minilm_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def minilm_onnx_dir(minilm_dir) -> Path:
-    """MiniLM exported by our own code: onnx/model.onnx (fused fp32), onnx/model_int8.onnx (fast int8)
+    """MiniLM exported by our own code: onnx/model.onnx (plain fp32), onnx/model_int8.onnx (fast int8)
     and onnx/model_int8_accurate.onnx (feed-forward kept fp32)."""
     from core.convert import onnx_export
 
@@ -92,12 +93,14 @@ def minilm_static_buckets_dir(minilm_dir) -> Path:
 
 @pytest.fixture(scope="session")
 def minilm_onnx_fp16_file(minilm_onnx_dir) -> Path:
-    """The exported (fused) fp32 graph converted to fp16 by core/convert/onnx_fp16.py."""
-    from core.convert import onnx_fp16
+    """The exported fp32 graph fused and converted to fp16 by core/convert/onnx_fp16.py (the CUDA graph)."""
+    from core.convert import onnx_export, onnx_fp16
 
-    folder = cached_build("minilm-onnx-fp16", [Path(onnx_fp16.__file__), minilm_onnx_dir / "onnx" / "model.onnx"],
+    config = json.loads((minilm_onnx_dir / "config.json").read_text())
+    folder = cached_build("minilm-onnx-fp16", [Path(onnx_fp16.__file__), Path(onnx_export.__file__),
+                                               minilm_onnx_dir / "onnx" / "model.onnx"],
                           lambda out: onnx_fp16.convert_fp16(minilm_onnx_dir / "onnx" / "model.onnx",
-                                                             out / "model_fp16.onnx"))
+                                                             out / "model_fp16.onnx", config=config))
     return folder / "model_fp16.onnx"
 
 

@@ -1,9 +1,15 @@
-"""Model folder → ONNX folder: ``torch.onnx.export`` of the encoder, ONNX Runtime's transformer
-fusions (attention, LayerNorm, GELU, embeddings), and optional int8 dynamic quantization.
+"""Model folder → ONNX folder: ``torch.onnx.export`` of the model head, optional int8 dynamic
+quantization, and (opt-in) ONNX Runtime's offline transformer fusions.
 
 The output is a complete model folder (config, tokenizer and sentence-transformers files copied)
 with ``onnx/model.onnx`` (fp32) and, with ``int8=True``, ``onnx/model_int8.onnx``; serve it with
 ``backend: onnx`` (``dtype: int8`` picks the quantized graph).
+
+The fp32 graph is left **plain** by default: with ONNX Runtime 1.32 on CPU the offline fusions
+(Attention, EmbedLayerNorm, SkipLayerNorm, BiasGelu) made MiniLM 6–14% *slower* than the plain graph,
+on which the session applies its own online fusions (docs/benchmarks.md, "plain vs fused graph").
+The fused graph is what the CUDA provider runs best, so ``core/convert/onnx_fp16.py`` fuses before it
+converts to fp16; ``optimize=True`` fuses the fp32 graph too.
 """
 
 from __future__ import annotations
@@ -91,16 +97,16 @@ def head_for_folder(src: Path) -> str:
     return getattr(importlib.import_module(module), cls).head
 
 
-def optimize_transformer(path: Path, config: dict) -> bool:
-    """Fuse attention/LayerNorm/GELU in place with ONNX Runtime's transformer optimizer.
-    Returns False (and leaves the graph as exported) for model types the optimizer does not know."""
+def fused_graph(path: Path, config: dict):
+    """The graph at ``path`` with attention/LayerNorm/GELU fused by ONNX Runtime's transformer optimizer
+    (an ``onnx.ModelProto``), or None for model types the optimizer does not know."""
     from onnxruntime.transformers.optimizer import optimize_model
 
     model_type = config.get("model_type", "bert")
     known = {"bert", "roberta", "xlm-roberta", "distilbert", "electra", "mpnet", "bart", "gpt2", "t5"}
     if model_type not in known:
         log.warning("no transformer fusions for model_type %r; keeping the plain graph", model_type)
-        return False
+        return None
     fused = optimize_model(
         str(path),
         model_type="bert" if model_type in ("xlm-roberta", "roberta", "electra", "mpnet") else model_type,
@@ -110,7 +116,18 @@ def optimize_transformer(path: Path, config: dict) -> bool:
         use_gpu=False,
     )
     log.info("fusions: %s", fused.get_fused_operator_statistics())
-    fused.save_model_to_file(str(path))
+    fused.topological_sort()  # what its save_model_to_file does before writing
+    return fused.model
+
+
+def optimize_transformer(path: Path, config: dict) -> bool:
+    """Fuse in place (``fused_graph``). Returns False (graph left as exported) for unknown model types."""
+    import onnx
+
+    model = fused_graph(path, config)
+    if model is None:
+        return False
+    onnx.save(model, str(path))
     return True
 
 
@@ -145,12 +162,14 @@ def _is_feed_forward(node_name: str) -> bool:
 
 
 def export_folder(
-    src: Path, dst: Path, *, optimize: bool = True, int8: tuple[str, ...] | bool = (), opset: int = 17,
-    head: str | None = None,
+    src: Path, dst: Path, *, optimize: bool = False, int8: tuple[str, ...] | bool = (), fp16: bool = False,
+    opset: int = 17, head: str | None = None,
 ) -> Path:
     """Write ``dst`` with ``onnx/model.onnx``; ``int8`` names the int8 flavours to add
     (``fast`` → ``onnx/model_int8.onnx``, ``accurate`` → ``onnx/model_int8_accurate.onnx``);
-    ``head``: which model head to export (default: the head of the folder's detected task)."""
+    ``fp16``: also ``onnx/model_fp16.onnx`` (fused, for the CUDA provider); ``optimize``: fuse the fp32
+    graph as well (slower on CPU here, see the module doc); ``head``: which model head to export
+    (default: the head of the folder's detected task)."""
     src, dst = Path(src), Path(dst)
     dst.mkdir(parents=True, exist_ok=True)
     copy_model_files(src, dst)
@@ -161,6 +180,10 @@ def export_folder(
     for mode in modes:  # quantize the plain graph: the quantizer cannot type the fused contrib ops
         suffix = "" if mode == "fast" else f"_{mode}"
         quantize_int8(onnx_file, dst / "onnx" / f"model_int8{suffix}.onnx", mode)
+    if fp16:
+        from core.convert.onnx_fp16 import convert_fp16
+
+        convert_fp16(onnx_file, dst / "onnx" / "model_fp16.onnx", config=config)
     if optimize:
         optimize_transformer(onnx_file, config)
     return dst

@@ -55,3 +55,18 @@ def test_new_spec_fields_validate():
     assert ModelSpec(path=".", compile=True, providers=["CPUExecutionProvider"]).compile is True
     with pytest.raises(ValueError):
         ModelSpec(path=".", providers="CPUExecutionProvider")
+
+
+def _op_types(path) -> set[str]:
+    import onnx
+
+    return {node.op_type for node in onnx.load(str(path), load_external_data=False).graph.node}
+
+
+def test_cpu_fp32_graph_is_plain_and_the_fp16_graph_is_fused(minilm_onnx_dir, minilm_onnx_fp16_file):
+    """The fp32 export stays plain (ORT's CPU provider runs it faster than the offline-fused graph here);
+    the fp16 graph for the CUDA provider gets the fused Attention/LayerNorm kernels."""
+    fused_ops = {"Attention", "SkipLayerNormalization", "EmbedLayerNormalization"}
+    plain = _op_types(minilm_onnx_dir / "onnx" / "model.onnx")
+    assert not plain & fused_ops and "MatMul" in plain and "Softmax" in plain
+    assert fused_ops <= _op_types(minilm_onnx_fp16_file)

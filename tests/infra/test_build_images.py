@@ -71,3 +71,13 @@ def test_runs_as_a_script():
                            "sagemaker-cuda"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("docker buildx build") == 1
+
+
+def test_lambda_image_export_step_parses():
+    """The Lambda image's export step (a shell line inside a RUN) calls scripts/export_onnx.py with
+    arguments its parser accepts and asks for the int8 graph the handler serves."""
+    text = (ROOT / "adapters/lambda/Dockerfile").read_text()
+    line = next(ln for ln in text.splitlines() if "python scripts/export_onnx.py" in ln)
+    words = shlex.split(line.split("python scripts/export_onnx.py", 1)[1].rstrip("\\"))
+    args = load_script("export_onnx").parse_args(words)
+    assert args.int8 == ["fast"] and str(args.out_dir) == "/export/model" and not args.optimize
