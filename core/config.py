@@ -43,10 +43,11 @@ class ModelSpec(BaseModel):
     max_queue_items: int = Field(default=4096, gt=0, description="queued items before 429")
     max_length: int | None = Field(default=None, gt=0, description="override the model's max sequence length")
     threads: int | None = Field(default=None, gt=0, description="runtime threads; default: settings.threads")
-    workers: int = Field(
-        default=1, gt=0, description="onnx: batches run at once. With 2, a batch that starts while another runs "
-        "gets threads/2 threads of its own (a second session), one alone keeps them all; on 2 CPU cores +~10% "
-        "int8 throughput at saturation, within noise at fp32 (docs/benchmarks.md)",
+    workers: int | None = Field(
+        default=None, gt=0, description="onnx: batches run at once; default: 2 on CPU with 2+ threads, else 1. "
+        "With 2, a batch that starts while another runs gets threads/2 threads of its own (a second session: "
+        "one more copy of the weights in memory), one alone keeps them all; on 2 CPU cores +0–40% throughput "
+        "at saturation in every interleaved run, single-request latency unchanged (docs/benchmarks.md)",
     )
     pad_to_multiple_of: int = Field(default=1, gt=0, description="pad batches to a multiple of this")
     ort_spin: bool = Field(

@@ -67,15 +67,15 @@ def default_spec() -> ModelSpec:
         )
     onnx_file = Path(next(iter(found.submodule_search_locations))) / "model.onnx"
     return ModelSpec(path=default_model_path(), name=DEFAULT_MODEL_NAME, backend="onnx", dtype="int8",
-                     onnx_file=onnx_file)
+                     onnx_file=onnx_file, workers=1)
 
 
 def onnx_only(spec: ModelSpec) -> ModelSpec:
-    if spec.backend == "auto":
-        return spec.model_copy(update={"backend": "onnx"})
-    if spec.backend != "onnx":
+    """ONNX, one session unless the spec asks for more: a sandbox serves one request at a time, and a
+    second session would add its load time to the cold start and a copy of the weights to memory."""
+    if spec.backend not in ("auto", "onnx"):
         raise InvalidInput(f"model {spec.served_name!r}: the Lambda image serves ONNX only, not {spec.backend!r}")
-    return spec
+    return spec.model_copy(update={"backend": "onnx", "workers": spec.workers or 1})
 
 
 def lambda_settings(environ: Mapping[str, str]) -> tuple[Settings, int]:

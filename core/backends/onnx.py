@@ -52,7 +52,7 @@ class OnnxBackend:
         return cls(onnx_file=onnx_file_for(spec), providers=spec.providers, spin=spec.ort_spin, lanes=spec.workers)
 
     def __init__(self, onnx_file: Path | None = None, providers: list[str] | None = None, spin: bool = True,
-                 lanes: int = 1) -> None:
+                 lanes: int | None = None) -> None:
         self._onnx_file = onnx_file
         self._requested = providers
         self._spin = spin
@@ -84,6 +84,8 @@ class OnnxBackend:
             )
         providers = _providers(ort, device, self._requested)
         self._session = self._new_session(ort, path, providers, threads)
+        if self.lanes is None:  # auto: overlap batches where there are cores to overlap on
+            self.lanes = 2 if device == "cpu" and threads >= 2 else 1
         if self.lanes > 1:
             # Batches that overlap each run on threads/lanes threads of their own: no intra-op barrier
             # shared with a thread the OS has lent to HTTP or tokenization, no pool spinning between them.

@@ -82,9 +82,12 @@ def test_threads_follow_configured_memory(monkeypatch, lambda_module):
 def test_configured_models_are_onnx_only(lambda_module, monkeypatch, minilm_dir):
     from core.errors import InvalidInput
 
-    monkeypatch.setenv("TESSERA_MODELS", json.dumps([{"path": str(minilm_dir), "name": "m"}]))
+    monkeypatch.setenv("TESSERA_MODELS", json.dumps([{"path": str(minilm_dir), "name": "m"},
+                                                     {"path": str(minilm_dir), "name": "w", "workers": 2}]))
     settings, _ = lambda_module.lambda_settings({})
-    assert [s.backend for s in settings.models] == ["onnx"]
+    assert [s.backend for s in settings.models] == ["onnx", "onnx"]
+    # one session per model unless asked (cold start and memory); an explicit workers is kept
+    assert [s.workers for s in settings.models] == [1, 2]
     monkeypatch.setenv("TESSERA_MODELS", json.dumps([{"path": str(minilm_dir), "backend": "torch"}]))
     with pytest.raises(InvalidInput, match="ONNX only"):
         lambda_module.lambda_settings({})

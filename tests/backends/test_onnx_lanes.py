@@ -34,7 +34,7 @@ def embed(engine: Engine, texts: list[str]) -> np.ndarray:
 
 
 def test_overlapping_batches_use_the_second_session_and_match(minilm_onnx_dir, sentences):
-    one = Engine.load(ModelSpec(path=minilm_onnx_dir, backend="onnx"), SETTINGS)
+    one = Engine.load(ModelSpec(path=minilm_onnx_dir, backend="onnx", workers=1), SETTINGS)
     two = Engine.load(ModelSpec(path=minilm_onnx_dir, backend="onnx", workers=2, max_batch_size=4), SETTINGS)
     assert one.card()["lanes"] == 1 and two.card()["lanes"] == 2
     full, shared = CountingSession(two.backend._session), CountingSession(two.backend._shared)
@@ -63,3 +63,13 @@ def test_a_lone_batch_keeps_the_full_session(minilm_onnx_dir, sentences):
     for t in sentences[:3]:
         embed(two, [t])
     assert (full.calls, shared.calls) == (3, 0)
+
+
+def test_workers_default_to_two_on_a_multi_core_cpu_and_one_otherwise(minilm_onnx_dir):
+    """Unset ``workers``: two lanes on CPU with 2+ threads (the batcher runs two batches at once), one lane
+    with one thread; an explicit value wins."""
+    cases = [(Settings(threads=2), {}, 2), (Settings(threads=1), {}, 1), (Settings(threads=2), {"workers": 1}, 1)]
+    for settings, extra, lanes in cases:
+        engine = Engine.load(ModelSpec(path=minilm_onnx_dir, backend="onnx", **extra), settings)
+        assert engine.backend.lanes == lanes and engine.batcher.workers == lanes, (settings.threads, extra)
+        assert (engine.backend._shared is not None) == (lanes > 1)
