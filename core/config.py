@@ -46,7 +46,7 @@ class ModelSpec(BaseModel):
     workers: int | None = Field(
         default=None, gt=0, description="onnx: batches run at once; default: 2 on CPU with 2+ threads, else 1. "
         "With 2, a batch that starts while another runs gets threads/2 threads of its own (a second session: "
-        "one more copy of the weights in memory), one alone keeps them all; on 2 CPU cores +0–40% throughput "
+        "one more copy of the weights in memory), one alone keeps them all; on 2 CPU cores +3–40% throughput "
         "at saturation in every interleaved run, single-request latency unchanged (docs/benchmarks.md)",
     )
     pad_to_multiple_of: int = Field(default=1, gt=0, description="pad batches to a multiple of this")

@@ -26,41 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scripts.bench import make_texts  # noqa: E402
-
-
-def feeds_for(model_dir: Path, texts: list[str], max_length: int = 256) -> dict:
-    import numpy as np
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    tok.enable_truncation(max_length)
-    tok.enable_padding()
-    enc = tok.encode_batch(texts)
-    ids = np.array([e.ids for e in enc], dtype=np.int64)
-    mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-
-
-def session_for(graph: Path, threads: int):
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    session = ort.InferenceSession(str(graph), opts, providers=["CPUExecutionProvider"])
-    names = {i.name for i in session.get_inputs()}
-
-    def run(feeds: dict):
-        return session.run(None, {k: v for k, v in feeds.items() if k in names})[0]
-
-    return run
-
-
-def pooled(hidden, mask):
-    import numpy as np
-
-    m = mask[:, :, None].astype(np.float32)
-    return (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
+from scripts.bench import make_texts, mean_pool, plain_feeds_maker, plain_session  # noqa: E402
 
 
 def timed(run, feeds: dict, batch: int, seconds: float) -> float:
@@ -105,13 +71,14 @@ def main(argv: list[str] | None = None) -> int:
         onnx.save(fused, f"{tmp.name}/fused.onnx")
         graphs = {"plain": plain, "fused": Path(tmp.name) / "fused.onnx"}
 
-    runs = {name: session_for(path, args.threads) for name, path in graphs.items()}
+    runs = {name: plain_session(path, args.threads) for name, path in graphs.items()}
+    feeds_for = plain_feeds_maker(args.model_dir / "tokenizer.json")
     first = next(iter(graphs))
     for kind in args.texts.split(","):
-        feeds = feeds_for(args.model_dir, make_texts(kind, args.batch))
-        ref = pooled(runs[first](feeds), feeds["attention_mask"])
+        feeds = feeds_for(make_texts(kind, args.batch))
+        ref = mean_pool(runs[first](feeds), feeds["attention_mask"])
         for name, run in runs.items():
-            diff = float(np.abs(pooled(run(feeds), feeds["attention_mask"]) - ref).max())
+            diff = float(np.abs(mean_pool(run(feeds), feeds["attention_mask"]) - ref).max())
             print(f"{kind}: {name} max |diff| vs {first}: {diff:.2e}", flush=True)
         rates: dict[str, list[float]] = {name: [] for name in runs}
         for rep in range(args.reps):

@@ -67,7 +67,7 @@ def default_spec() -> ModelSpec:
         )
     onnx_file = Path(next(iter(found.submodule_search_locations))) / "model.onnx"
     return ModelSpec(path=default_model_path(), name=DEFAULT_MODEL_NAME, backend="onnx", dtype="int8",
-                     onnx_file=onnx_file, workers=1)
+                     onnx_file=onnx_file)
 
 
 def onnx_only(spec: ModelSpec) -> ModelSpec:
@@ -85,7 +85,7 @@ def lambda_settings(environ: Mapping[str, str]) -> tuple[Settings, int]:
     if memory and "TESSERA_THREADS" not in environ:
         overrides["threads"] = vcpus_for_memory(int(memory))
     settings = Settings(**overrides)
-    specs = [onnx_only(s) for s in settings.models] or [default_spec()]
+    specs = [onnx_only(s) for s in settings.models or [default_spec()]]
     limit = min(int(environ.get("TESSERA_LAMBDA_MAX_RESPONSE_BYTES", RESPONSE_LIMIT_BYTES)), RESPONSE_LIMIT_BYTES)
     return settings.model_copy(update={"models": specs}), limit
 

@@ -6,8 +6,9 @@ with ``onnx/model.onnx`` (fp32) and, with ``int8=True``, ``onnx/model_int8.onnx`
 ``backend: onnx`` (``dtype: int8`` picks the quantized graph).
 
 The fp32 graph is left **plain** by default: with ONNX Runtime 1.32 on CPU the offline fusions
-(Attention, EmbedLayerNorm, SkipLayerNorm, BiasGelu) made MiniLM 6–14% *slower* than the plain graph,
-on which the session applies its own online fusions (docs/benchmarks.md, "plain vs fused graph").
+(Attention, EmbedLayerNorm, SkipLayerNorm, BiasGelu) made MiniLM 4–14% *slower* than the plain graph,
+on which the session applies its own online fusions (docs/benchmarks.md, "The plain graph is faster
+than the offline-fused one on CPU"; measure with scripts/bench_graphs.py).
 The fused graph is what the CUDA provider runs best, so ``core/convert/onnx_fp16.py`` fuses before it
 converts to fp16; ``optimize=True`` fuses the fp32 graph too.
 """
@@ -180,10 +181,9 @@ def export_folder(
     for mode in modes:  # quantize the plain graph: the quantizer cannot type the fused contrib ops
         suffix = "" if mode == "fast" else f"_{mode}"
         quantize_int8(onnx_file, dst / "onnx" / f"model_int8{suffix}.onnx", mode)
-    if fp16:
+    fused = optimize and optimize_transformer(onnx_file, config)
+    if fp16:  # fused first (unless model.onnx already is), then fp16
         from core.convert.onnx_fp16 import convert_fp16
 
-        convert_fp16(onnx_file, dst / "onnx" / "model_fp16.onnx", config=config)
-    if optimize:
-        optimize_transformer(onnx_file, config)
+        convert_fp16(onnx_file, dst / "onnx" / "model_fp16.onnx", config=None if fused else config)
     return dst

@@ -82,6 +82,10 @@ def test_threads_follow_configured_memory(monkeypatch, lambda_module):
 def test_configured_models_are_onnx_only(lambda_module, monkeypatch, minilm_dir):
     from core.errors import InvalidInput
 
+    # the embedded default too runs one session, though the fixture's 3008 MB gives 2 threads
+    assert [s.workers for s in lambda_module.settings.models] == [1]
+    assert [e.backend.lanes for e in lambda_module.registry.engines.values()] == [1]
+
     monkeypatch.setenv("TESSERA_MODELS", json.dumps([{"path": str(minilm_dir), "name": "m"},
                                                      {"path": str(minilm_dir), "name": "w", "workers": 2}]))
     settings, _ = lambda_module.lambda_settings({})
