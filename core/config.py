@@ -159,6 +159,10 @@ class Settings(BaseSettings):
     media_max_bytes: int = Field(default=10 * 1024 * 1024, gt=0, description="bytes per image/audio input")
     media_max_pixels: int = Field(default=25_000_000, gt=0, description="pixels per image (width x height)")
     media_max_audio_seconds: float = Field(default=300.0, gt=0, description="seconds per audio input")
+    media_max_request_pixels: int = Field(
+        default=200_000_000, gt=0, description="pixels of all images of one request together (decoded one at a time)")
+    media_max_request_audio_seconds: float = Field(
+        default=1200.0, gt=0, description="seconds of all audio inputs of one request together")
     media_fetch_timeout_s: float = Field(default=10.0, gt=0, description="wall-clock limit of one URL fetch")
     media_max_redirects: int = Field(default=3, ge=0, description="redirects followed (each one re-checked)")
     media_allow_urls: bool = Field(default=True, description="fetch http(s) URLs; false: data: URIs only")

@@ -53,6 +53,9 @@ class Task(Protocol):
 class TextTask:
     """What the text tasks share: the model's tokenizer and right-padding to the batch's longest item."""
 
+    #: no inputs to fetch before ``prepare`` (multi-modal tasks fetch media URLs on the event loop)
+    fetches_inputs: ClassVar[bool] = False
+
     def __init__(self, info, spec) -> None:
         self.info = info
         self.tokenizer = TextTokenizer(info.folder, info.max_length)

@@ -104,6 +104,7 @@ class LateInteractionTask:
     name: ClassVar[str] = "late_interaction"
     head: ClassVar[str] = "encoder"
     capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings", "score", "tokenize"})
+    fetches_inputs: ClassVar[bool] = False
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
         self.info = info
