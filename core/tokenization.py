@@ -126,7 +126,8 @@ class TextTokenizer:
             return []
         specials = self._full.num_special_tokens_to_add(True)
         budget = self.max_length - specials
-        firsts = self._full.encode_batch([q for q, _ in pairs], add_special_tokens=False)
+        bounded = {q: self._bounded_first(q, budget, truncate) for q in dict.fromkeys(q for q, _ in pairs)}
+        firsts = self._full.encode_batch([bounded[q] for q, _ in pairs], add_special_tokens=False)
         seconds = self._full.encode_batch([d for _, d in pairs], add_special_tokens=False)
         out = []
         for i, (a, b) in enumerate(zip(firsts, seconds)):
@@ -148,6 +149,20 @@ class TextTokenizer:
             enc = self._full.post_process(a, b, add_special_tokens=True)
             out.append(Encoded(np.asarray(enc.ids, dtype=np.int64), np.asarray(enc.type_ids, dtype=np.int64)))
         return out
+
+    def _bounded_first(self, text: str, budget: int, truncate: bool) -> str:
+        """A pair's first text (the query, shared by every document) cut once to what any pair can keep,
+        before pairing: a long query is tokenized once, not once per document, and no pair holds more
+        than the model's length of it."""
+        enc = self._full.encode(text, add_special_tokens=False)
+        if len(enc.ids) <= budget:
+            return text
+        if not truncate:
+            raise TooLarge(
+                f"the query has {len(enc.ids)} tokens, more than the model's maximum of {self.max_length}; "
+                "send a shorter query or set truncate=true", param="query", code="input_too_long",
+            )
+        return text[: enc.offsets[budget - 1][1]]
 
     def id_to_token(self, token_id: int) -> str | None:
         return self._full.id_to_token(int(token_id))
