@@ -61,6 +61,20 @@ def _validation_error(exc: RequestValidationError) -> TesseraError:
     return ValidationFailed(message or "request does not match the schema", param=param)
 
 
+def body_parse_error(cause: BaseException) -> InvalidInput:
+    """What FastAPI's JSON reading raised beyond a JSONDecodeError: bytes that are not UTF-8 (or a
+    compressed body), an integer past Python's digit limit, nesting past the recursion limit."""
+    if isinstance(cause, UnicodeDecodeError):
+        reason = f"it is not UTF-8 text ({cause.reason} at byte {cause.start}); send uncompressed UTF-8 JSON"
+    elif isinstance(cause, RecursionError):
+        reason = "it is nested too deeply"
+    elif isinstance(cause, ValueError) and "digits" in str(cause):
+        reason = "it holds an integer with thousands of digits"
+    else:
+        reason = str(cause)[:200]
+    return InvalidInput(f"request body is not valid JSON: {reason}", code="invalid_json")
+
+
 class Gate:
     """Pure-ASGI middleware: API keys, body-size limit, request metrics. Cheap on the hot path."""
 
@@ -226,6 +240,8 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         if isinstance(exc.__cause__, TesseraError):  # raised while FastAPI read the body (size limit)
             return error_response(exc.__cause__)
+        if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI could not parse the body
+            return error_response(body_parse_error(exc.__cause__))
         if exc.status_code == 404:
             return error_response(NotFound(f"no route {request.method} {request.url.path}"))
         if exc.status_code == 405:

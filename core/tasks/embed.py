@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from core.config import ModelSpec
-from core.errors import InvalidInput
+from core.errors import InvalidInput, TooLarge
 from core.loading import ModelInfo
 from core.tasks.base import INLINE_PREPARE_CHARS, TextTask
 from core.tasks.prompts import resolve_prompt
@@ -74,7 +74,10 @@ class EmbedTask(TextTask):
     # worker thread
     def prepare_inline(self, request: EmbedRequest) -> bool:
         texts = request.texts
-        return texts is not None and request.modality == "text" and sum(map(len, texts)) <= INLINE_PREPARE_CHARS
+        if texts is None or request.modality != "text":
+            return False
+        prompt_chars = len(request.prompt or "") * len(texts)  # the prompt is tokenized with every text
+        return sum(map(len, texts)) + prompt_chars <= INLINE_PREPARE_CHARS
 
     def prepare(self, request: EmbedRequest) -> list[Encoded]:
         if request.modality not in self.modalities:
@@ -94,12 +97,33 @@ class EmbedTask(TextTask):
             return self.tokenizer.from_ids(request.token_ids, truncate=request.truncate)
         if prompt is None:
             return self.tokenizer.encode(request.texts or [], truncate=request.truncate)
+        filled = self._prompt_fills_the_window(prompt, request)
+        if filled is not None:
+            return filled
         items = self.tokenizer.encode([prompt + t for t in request.texts or []], truncate=request.truncate)
         if not self.info.include_prompt:
             skip = self.tokenizer.prompt_length(prompt)
             for item in items:
                 item.pool_from = min(skip, item.cost)
         return items
+
+    #: tokens past the model's length beyond which a prompt's tail cannot reach the truncated window
+    PROMPT_MARGIN = 16
+
+    def _prompt_fills_the_window(self, prompt: str, request: EmbedRequest) -> list[Encoded] | None:
+        """A prompt longer than the model's window is tokenized once, not once per text: truncated,
+        ``prompt + text`` is the prompt's own first tokens for every text (the texts never reach the
+        window), and untruncated it is refused once. None: the prompt leaves room for the texts."""
+        (alone,) = self.tokenizer.encode([prompt], truncate=False, check_length=False, param="prompt")
+        if alone.cost <= self.tokenizer.max_length + self.PROMPT_MARGIN:
+            return None
+        if not request.truncate:
+            raise TooLarge(f"the prompt alone has {alone.cost} tokens, more than the model's maximum of "
+                           f"{self.tokenizer.max_length}; send a shorter prompt or set truncate=true",
+                           param="prompt", code="input_too_long")
+        (window,) = self.tokenizer.encode([prompt], truncate=True, param="prompt")
+        pool_from = min(self.tokenizer.prompt_length(prompt), window.cost) if not self.info.include_prompt else 0
+        return [Encoded(window.ids, window.type_ids, pool_from) for _ in request.texts or []]
 
     # inference thread
     def postprocess(self, outputs: Mapping[str, np.ndarray], items: Sequence[Encoded]) -> list[np.ndarray]:

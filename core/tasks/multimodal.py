@@ -95,7 +95,13 @@ class MultiModalEmbedTask:
         if modality == "text":
             if request.token_ids is not None:
                 raise InvalidInput("token-id input is not supported by multi-modal models; send text", param="input")
-            return self.text_items(list(request.texts or []), truncate=request.truncate)
+            from core.tokenization import unencodable
+
+            texts = list(request.texts or [])
+            error = unencodable(texts)  # a lone surrogate: the processors' tokenizers raise TypeError on it
+            if error is not None:
+                raise error
+            return self.text_items(texts, truncate=request.truncate)
         fetcher = self._fetcher(request)
         items: list[MediaItem] = []
         for i, ref in enumerate(request.inputs or []):  # decode → preprocess → release, one at a time
