@@ -179,6 +179,16 @@ class Settings(BaseSettings):
             return json.loads(value) if value.strip() else []
         return value
 
+    @field_validator("api_keys")
+    @classmethod
+    def _no_blank_keys(cls, keys: list[str]) -> list[str]:
+        # '["$KEY"]' with KEY unset gives ""; an empty key would let requests without credentials in
+        for i, key in enumerate(keys):
+            if not key.strip():
+                raise ValueError(f"api_keys[{i}] is empty or blank: every key must be a non-empty secret "
+                                 "(is a variable in the list unset?)")
+        return keys
+
     @model_validator(mode="after")
     def _unique_names(self) -> "Settings":
         names = [m.served_name for m in self.models]

@@ -145,3 +145,15 @@ def test_a_prompt_longer_than_the_window_is_tokenized_once_with_the_same_tokens(
     assert vectors[0] == vectors[-1]
     refused = client.post("/v1/embeddings", json={"model": "minilm", "input": texts, "prompt": prompt, "truncate": False})
     assert_error(refused, 413, "input_too_long")
+
+
+@pytest.mark.parametrize("keys", ['["k", ""]', '["  "]', '[""]'])
+def test_an_empty_api_key_is_a_start_up_error(keys, monkeypatch):
+    """'["$KEY"]' with KEY unset used to switch authentication off for requests without credentials."""
+    from pydantic import ValidationError
+
+    from core.config import Settings
+
+    monkeypatch.setenv("TESSERA_API_KEYS", keys)
+    with pytest.raises(ValidationError, match=r"api_keys\[\d\] is empty or blank"):
+        Settings()
