@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.api.encode import dumps
+from core.api.guard import UnhandledErrors
 from core.api.routes import router
 from core.config import Settings
 from core.engine import Registry
@@ -250,11 +251,7 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
         err.status = exc.status_code
         return error_response(err)
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> Response:
-        # the last guard: a bug, not bad input. Logged with its traceback; the client gets the error shape.
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(TesseraError(f"internal error ({type(exc).__name__})"))
-
+    # the last guard (a bug, not bad input) answers inside Starlette's, which would drop the connection
+    app.add_middleware(UnhandledErrors)
     app.add_middleware(Gate, settings=settings, metrics=metrics, state=app.state)
     return app
