@@ -142,6 +142,9 @@ class Settings(BaseSettings):
     threads: int = Field(default_factory=lambda: len(os.sched_getaffinity(0)), gt=0, description="runtime threads")
     request_timeout_s: float = Field(default=60.0, gt=0, description="deadline of a request (504 after)")
     max_request_bytes: int = Field(default=8 * 1024 * 1024, gt=0, description="request body limit (413)")
+    request_body_timeout_s: float = Field(
+        default=30.0, gt=0, description="time for a request's whole body to arrive (408 after); only then "
+        "does the request take an in-flight slot")
     max_items_per_request: int = Field(default=2048, gt=0, description="inputs per request (413)")
     max_chars_per_item: int = Field(default=100_000, gt=0, description="characters per text input (413)")
     retry_after_s: int = Field(default=1, ge=0, description="Retry-After sent with 429")
