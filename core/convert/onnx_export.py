@@ -83,6 +83,8 @@ def export_head(src: Path, out_file: Path, head_name: str, *, opset: int = 17) -
     sample = {n: torch.ones((2, 8), dtype=torch.long) for n in names}
     if "token_type_ids" in sample:
         sample["token_type_ids"] = torch.zeros((2, 8), dtype=torch.long)
+    if "attention_mask" in sample:  # a padded row, so the trace cannot take an all-ones mask's shortcut
+        sample["attention_mask"][1, 5:] = 0
 
     class Wrapped(torch.nn.Module):
         def __init__(self, inner):

@@ -183,3 +183,69 @@ def build_st_pipeline(bert: Path, out: Path, *, name: str) -> None:
     if not include_prompt:
         model.prompts = dict(PROMPTS)
     model.save(str(out), safe_serialization=not as_bin)
+
+
+# --- decoder embedders (Qwen3-Embedding / gte-Qwen2 layout) -------------------------------------------------
+
+#: Qwen3-Embedding's published prompts (config_sentence_transformers.json)
+DECODER_PROMPTS = {"query": "Instruct: Given a web search query, retrieve relevant passages that answer the query\n"
+                            "Query:", "document": ""}
+
+
+def build_bpe_tokenizer(out: Path) -> None:
+    """A byte-level BPE tokenizer trained on the test sentences, with Qwen's special tokens and, like
+    Qwen3-Embedding's tokenizer.json, a post-processor that appends <|endoftext|> (the EOS last-token
+    pooling reads); tokenizer_config pads on the left, as Qwen's does."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    from tests.support.sentences import SENTENCES
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=800, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(list(SENTENCES) + [DECODER_PROMPTS["query"]], trainer)
+    eos = tok.token_to_id("<|endoftext|>")
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A <|endoftext|>", pair="$A <|endoftext|> $B:1 <|endoftext|>:1", special_tokens=[("<|endoftext|>", eos)])
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
+        "padding_side": "left", "model_max_length": 32768}))
+
+
+def build_decoder_embedder(out: Path, *, family: str) -> None:
+    """A tiny random Qwen3 (or Qwen2) with the Qwen3-Embedding sentence-transformers pipeline: Transformer →
+    Pooling(lasttoken) → Normalize, prompts in config_sentence_transformers.json; saved by sentence-transformers."""
+    import tempfile
+
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+
+    with tempfile.TemporaryDirectory() as tmp:
+        hf = Path(tmp)
+        build_bpe_tokenizer(hf)
+        from tokenizers import Tokenizer
+
+        vocab = Tokenizer.from_file(str(hf / "tokenizer.json")).get_vocab_size()
+        eos = Tokenizer.from_file(str(hf / "tokenizer.json")).token_to_id("<|endoftext|>")
+        torch.manual_seed(21)
+        common = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      eos_token_id=eos, pad_token_id=eos, bos_token_id=None, initializer_range=0.2)
+        if family == "qwen3":
+            from transformers import Qwen3Config, Qwen3Model
+
+            model = Qwen3Model(Qwen3Config(head_dim=8, **common))
+        else:
+            from transformers import Qwen2Config, Qwen2Model
+
+            model = Qwen2Model(Qwen2Config(**common))
+        model.eval().save_pretrained(hf)
+        transformer = models.Transformer(str(hf), max_seq_length=128)
+        st = SentenceTransformer(modules=[transformer, models.Pooling(32, pooling_mode="lasttoken"),
+                                          models.Normalize()], device="cpu")
+        st.prompts = dict(DECODER_PROMPTS)
+        st.save(str(out))
