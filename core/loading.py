@@ -136,14 +136,25 @@ def is_late_interaction(folder: Path) -> bool:
     return st_cfg.get("model_type") == "ColBERT" or ("query_length" in st_cfg and "document_length" in st_cfg)
 
 
+def is_multi_output(folder: Path) -> bool:
+    """A BGE-M3-style folder: ``sparse_linear`` and ``colbert_linear`` heads (``.pt`` or ``.safetensors``)
+    beside the encoder (see core/tasks/multi_output.py)."""
+    folder = Path(folder)
+    return all((folder / f"{n}.pt").exists() or (folder / f"{n}.safetensors").exists()
+               for n in ("sparse_linear", "colbert_linear"))
+
+
 def detect_task(info: ModelInfo) -> str:
     """The task a folder serves when its spec says ``task: auto`` (read from config.json, as Infinity does):
     ``*ForSequenceClassification`` with one label (or a sentence-transformers CrossEncoder) → rerank, with
     more labels → classify; ``*ForMaskedLM`` without a pooling module → sparse (SPLADE); a ColBERT folder
-    → late_interaction; CLIP/SigLIP/CLAP/ColPali architectures → their multi-modal task; anything else → embed."""
+    → late_interaction; ``sparse_linear`` + ``colbert_linear`` heads (BGE-M3) → multi_output;
+    CLIP/SigLIP/CLAP/ColPali architectures → their multi-modal task; anything else → embed."""
     for arch in info.architectures:
         if arch in MULTIMODAL_ARCHITECTURES:
             return MULTIMODAL_ARCHITECTURES[arch]
+    if is_multi_output(info.folder):
+        return "multi_output"
     if is_late_interaction(info.folder):
         return "late_interaction"
     if any(a.endswith("ForSequenceClassification") for a in info.architectures):

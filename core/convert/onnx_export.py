@@ -42,8 +42,17 @@ def copy_model_files(src: Path, dst: Path) -> None:
 
 def copy_module_weights(src: Path, dst: Path) -> None:
     """The weights of the sentence-transformers module folders ``modules.json`` lists (``1_Dense``,
-    ``2_Dense``…) as ``model.safetensors``: a ``pytorch_model.bin`` is converted, so the converted folder is
-    served without torch."""
+    ``2_Dense``…) as ``model.safetensors`` (a ``pytorch_model.bin`` is converted), and BGE-M3's
+    ``sparse_linear``/``colbert_linear`` heads as ``*.safetensors``: the converted folder serves without torch."""
+    for head in ("sparse_linear", "colbert_linear"):  # BGE-M3's extra heads, as safetensors
+        if (src / f"{head}.safetensors").exists():
+            shutil.copy2(src / f"{head}.safetensors", dst / f"{head}.safetensors")
+        elif (src / f"{head}.pt").exists():
+            torch = require("torch", "export")
+            from safetensors.torch import save_file
+
+            state = torch.load(str(src / f"{head}.pt"), map_location="cpu", weights_only=True)
+            save_file({k: v.contiguous() for k, v in state.items()}, str(dst / f"{head}.safetensors"))
     modules_file = src / "modules.json"
     if not modules_file.exists():
         return

@@ -29,6 +29,8 @@ class EmbedRequest:
     prompt: str | None = None  # literal prompt text, prepended to each text
     prompt_name: str | None = None  # a named prompt of the model (config_sentence_transformers.json / spec)
     input_type: str | None = None  # "query" | "document" (late interaction encodes them differently)
+    #: what a multi-output model returns: "dense" (/v1/embeddings) or "sparse" (the sparse routes)
+    output: str = "dense"
 
 
 @dataclass(slots=True)

@@ -249,3 +249,35 @@ def build_decoder_embedder(out: Path, *, family: str) -> None:
                                           models.Normalize()], device="cpu")
         st.prompts = dict(DECODER_PROMPTS)
         st.save(str(out))
+
+
+# --- multi-output (BGE-M3 layout) ----------------------------------------------------------------------------
+
+def build_m3(minilm: Path, out: Path) -> None:
+    """A tiny random XLM-RoBERTa (BGE-M3's architecture; the MiniLM tokenizer) saved by sentence-transformers
+    as BGE-M3 is (Transformer → Pooling(cls) → Normalize), with BGE-M3's extra heads beside it:
+    ``sparse_linear.pt`` (Linear 32 → 1) and ``colbert_linear.pt`` (Linear 32 → 32), torch state dicts.
+    pad_token_id is 1 as in XLM-R (positions start after it; CTranslate2's converter assumes that offset)."""
+    import tempfile
+
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import XLMRobertaConfig, XLMRobertaModel
+
+    torch.manual_seed(31)
+    with tempfile.TemporaryDirectory() as tmp:
+        hf = Path(tmp)
+        cfg = XLMRobertaConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                               intermediate_size=64, max_position_embeddings=514, pad_token_id=1,
+                               bos_token_id=101, eos_token_id=102, type_vocab_size=1, initializer_range=0.2)
+        XLMRobertaModel(cfg, add_pooling_layer=False).eval().save_pretrained(hf)
+        _copy_tokenizer(minilm, hf)
+        st = SentenceTransformer(modules=[models.Transformer(str(hf), max_seq_length=128),
+                                          models.Pooling(32, pooling_mode="cls"), models.Normalize()], device="cpu")
+        st.save(str(out))
+    sparse, colbert = torch.nn.Linear(32, 1), torch.nn.Linear(32, 32)
+    with torch.no_grad():
+        sparse.weight.normal_(0, 0.5)
+        sparse.bias.fill_(0.05)
+    torch.save(sparse.state_dict(), out / "sparse_linear.pt")
+    torch.save(colbert.state_dict(), out / "colbert_linear.pt")

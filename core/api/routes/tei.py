@@ -59,7 +59,7 @@ async def tei_embed(body: protocol.TeiEmbedRequest, request: Request) -> Respons
 async def tei_embed_sparse(body: protocol.TeiSparseRequest, request: Request) -> Response:
     engine = _engine(request, "embeddings_sparse")
     texts = text_list(body.inputs, "inputs", settings_of(request))
-    result = await _run(request, engine, EmbedRequest(texts=texts, truncate=body.truncate))
+    result = await _run(request, engine, EmbedRequest(texts=texts, truncate=body.truncate, output="sparse"))
     return JSONBytes(dumps(tei_sparse(result.vectors)))
 
 
