@@ -57,11 +57,17 @@ def activation_for(path: str, where: Path) -> Callable[[np.ndarray], np.ndarray]
     return ACTIVATIONS[name]
 
 
+def load_safetensors(path: Path) -> dict[str, np.ndarray]:
+    try:
+        from safetensors.numpy import load_file
+    except ImportError as exc:
+        raise MissingDependency(f"{path} needs the safetensors package: pip install -e '.[onnx]' (or '.[torch]')") from exc
+    return load_file(str(path))
+
+
 def _read_weights(folder: Path) -> dict[str, np.ndarray]:
     if (folder / "model.safetensors").exists():
-        from safetensors.numpy import load_file
-
-        return load_file(str(folder / "model.safetensors"))
+        return load_safetensors(folder / "model.safetensors")
     if (folder / "pytorch_model.bin").exists():
         try:
             import torch

@@ -26,6 +26,7 @@ from core.config import ModelSpec
 from core.errors import InvalidInput, MissingDependency
 from core.loading import ModelInfo, read_embed_pipeline
 from core.tasks.base import TextTask
+from core.tasks.dense import load_safetensors
 from core.tasks.embed import EmbedRequest, EmbedResult, l2_normalize, pool
 from core.tasks.late_interaction import ScoreRequest
 from core.tasks.prompts import resolve_prompt
@@ -36,16 +37,14 @@ def load_linear(folder: Path, name: str) -> tuple[np.ndarray, np.ndarray | None]
     """``name``.safetensors or ``name``.pt (a torch ``nn.Linear`` state dict): (weight (out, in), bias)."""
     folder = Path(folder)
     if (folder / f"{name}.safetensors").exists():
-        from safetensors.numpy import load_file
-
-        state = load_file(str(folder / f"{name}.safetensors"))
+        state = load_safetensors(folder / f"{name}.safetensors")
     else:
         try:
             import torch
         except ImportError as exc:
             raise MissingDependency(
                 f"{folder}/{name}.pt needs torch to read (pip install -e '.[torch]'), or convert the folder with "
-                "scripts/export_onnx.py / scripts/convert_ct2.py, which write {name}.safetensors"
+                f"scripts/export_onnx.py / scripts/convert_ct2.py, which write {name}.safetensors"
             ) from exc
         state = {k: v.float().numpy() for k, v in
                  torch.load(str(folder / f"{name}.pt"), map_location="cpu", weights_only=True).items()}

@@ -212,3 +212,36 @@ def test_old_sentence_transformers_type_names_and_legacy_pooling_flags(pipeline_
 
     ref = SentenceTransformer(str(ref_folder), device="cpu").encode(sentences, batch_size=16, convert_to_numpy=True)
     assert np.abs(got.vectors - ref).max() <= MAX_ABS
+
+
+BLOCK_TORCH = """
+import sys, json, numpy as np
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "transformers", "sentence_transformers"):
+            raise ImportError(f"{name} is blocked: the ONNX path must not need it")
+sys.meta_path.insert(0, Block())
+from core.config import ModelSpec, Settings
+from core.engine import Engine
+from core.tasks.embed import EmbedRequest
+texts = json.loads(sys.argv[2])
+engine = Engine.load(ModelSpec(path=sys.argv[1], backend="onnx"), Settings(threads=1))
+np.save(sys.argv[3], engine.run_sync(EmbedRequest(texts=texts)).vectors)
+assert "torch" not in sys.modules
+"""
+
+
+def test_an_exported_dense_folder_serves_on_onnx_without_torch(pipeline_dirs, references, sentences, tmp_path):
+    """The source keeps its Dense weights as pytorch_model.bin; the exporter rewrites them as safetensors,
+    so the ONNX folder loads and matches sentence-transformers with torch unimportable."""
+    import subprocess
+    import sys
+
+    name = "cls-dense-gelu-bin"
+    assert (pipeline_dirs(name) / "2_Dense" / "pytorch_model.bin").exists()
+    folder = pipeline_dirs(name, "onnx")
+    out = tmp_path / "vectors.npy"
+    run = subprocess.run([sys.executable, "-c", BLOCK_TORCH, str(folder), json.dumps(sentences[:8]), str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert np.abs(np.load(out) - references(name)[:8]).max() <= MAX_ABS
