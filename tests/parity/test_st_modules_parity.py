@@ -245,3 +245,16 @@ def test_an_exported_dense_folder_serves_on_onnx_without_torch(pipeline_dirs, re
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert np.abs(np.load(out) - references(name)[:8]).max() <= MAX_ABS
+
+
+def test_models_and_tei_info_report_the_pipeline(pipeline_dirs):
+    from fastapi.testclient import TestClient
+
+    from core.api.app import create_app
+
+    specs = [ModelSpec(path=pipeline_dirs("mean-dense2-norm"), name="dense", backend="torch", pooling="cls")]
+    with TestClient(create_app(Settings(models=specs, threads=2))) as client:
+        r = client.post("/v1/embeddings", json={"model": "dense", "input": ["hello"]})
+        assert r.status_code == 200, r.text
+        assert len(r.json()["data"][0]["embedding"]) == 16  # after both Dense modules
+        assert client.get("/info").json()["model_type"] == {"embedding": {"pooling": "cls"}}

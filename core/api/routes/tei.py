@@ -148,7 +148,8 @@ def _model_type(engine) -> dict:
                        "label2id": {lab: i for i, lab in enumerate(labels)}}}
     if task.name == "sparse":
         return {"embedding": {"pooling": "splade"}}
-    return {"embedding": {"pooling": getattr(task.info, "pooling", "mean")}}
+    # the pooling in force (the spec's `pooling` override included), as the task describes it
+    return {"embedding": {"pooling": task.describe().get("pooling") or getattr(task.info, "pooling", "mean")}}
 
 
 @router.get("/info", summary="TEI: model and server information", tags=["tei"])
