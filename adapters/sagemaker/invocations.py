@@ -228,7 +228,7 @@ def build_router(default_route: str | None = None, *, max_response_bytes: int = 
     @router.get("/execution-parameters", summary="Batch Transform: the container's preferred job parameters")
     async def execution_parameters(request: Request) -> Response:
         limit_mb = max(1, min(100, request.app.state.settings.max_request_bytes // (1024 * 1024)))
-        return Response(orjson.dumps({"MaxConcurrentTransforms": 1, "BatchStrategy": "MULTI_RECORD",
+        return Response(orjson.dumps({"MaxConcurrentTransforms": 2, "BatchStrategy": "MULTI_RECORD",
                                       "MaxPayloadInMB": min(6, limit_mb)}), media_type=JSON)
 
     @router.get("/ping", summary="SageMaker health check: 200 when ready")

@@ -239,7 +239,7 @@ def test_json_lines_many_records_keep_their_order(sagemaker_server):
 def test_execution_parameters_for_batch_transform(sagemaker_server):
     reply = httpx.get(sagemaker_server + "/execution-parameters", timeout=5)
     assert reply.status_code == 200
-    assert reply.json() == {"MaxConcurrentTransforms": 1, "BatchStrategy": "MULTI_RECORD", "MaxPayloadInMB": 6}
+    assert reply.json() == {"MaxConcurrentTransforms": 2, "BatchStrategy": "MULTI_RECORD", "MaxPayloadInMB": 6}
 
 
 # --- the CUDA image's start chain: entrypoint -> serve; /ping while loading; the response-size guard ------------
