@@ -485,3 +485,17 @@ def test_sagemaker_template_outputs_the_model_name():
     from .conftest import parse_template
 
     assert parse_template(SAGEMAKER_TEMPLATE)["Outputs"]["ModelName"]["Value"] == {"Fn::GetAtt": ["Model", "ModelName"]}
+
+
+def test_the_documented_dry_run_refusal_is_what_it_prints(deploy, capsys):
+    """docs/deploy.md's example command, run as written (with $IMAGE set), prints the documented lines."""
+    doc = (ROOT / "docs/deploy.md").read_text()
+    block = doc.split("python scripts/deploy.py lambda --image-uri $IMAGE --param MemorySize=99999", 1)[1]
+    command = "--param MemorySize=99999" + block.split("\n", 1)[0]
+    documented = [line[2:] for line in block.split("```", 1)[0].split("\n")[1:] if line.startswith("# ")]
+    argv = ["lambda", "--image-uri", IMAGE, *command.split()]
+    assert deploy.main(argv, out=io.StringIO()) == 1
+    printed = capsys.readouterr().err.splitlines()
+    assert len(printed) == len(documented) == 3
+    for want, got in zip(documented, printed):
+        assert got.startswith(want.removesuffix("...)").rstrip(", ")), (want, got)
