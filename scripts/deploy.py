@@ -546,7 +546,7 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout, *, clients=Non
             if args.dry_run:
                 return 0
             if shutil.which("modal", path=env.get("PATH")) is None:
-                raise DeployError("the modal CLI is not on PATH: pip install 'tessera[modal]', then modal token new")
+                raise DeployError("the modal CLI is not on PATH: pip install -e '.[modal]', then modal token new")
             return subprocess.run(command, env=env, cwd=ROOT, check=False).returncode
 
         if args.platform == "transform":
