@@ -10,7 +10,9 @@ Each record is one request body of the target route (e.g. ``{"input": "a documen
 concurrently (at most ``concurrency`` at a time), so the dynamic batcher merges them into model batches.
 A record that fails (not JSON, invalid for the route, too long...) answers, on its own line, the error
 object the HTTP API would have answered (``{"error": {message, type, param, code}}``), so the other
-records' lines neither sink nor shift; the mini-batch as a whole answers 200. An empty line inside the
+records' lines neither sink nor shift; the mini-batch as a whole answers 200. A record refused for
+overload (429: the model's queue is full, which a mini-batch of many large records can cause by
+itself) is retried after a short wait, for up to ``retry_for_s``, instead of answering an error line. An empty line inside the
 body is a record too (it answers an error line); only the newline that ends the body does not start one.
 """
 
@@ -25,6 +27,8 @@ JSONLINES_TYPES = frozenset({"application/jsonlines", "application/jsonl", "appl
                              "application/json-lines"})
 JSONLINES = "application/jsonlines"
 DEFAULT_CONCURRENCY = 64
+#: statuses that mean "later", not "never": retried within the mini-batch
+RETRY_STATUSES = frozenset({429})
 
 #: one record's body → (HTTP status, the answer's bytes)
 RunRecord = Callable[[bytes], Awaitable[tuple[int, bytes]]]
@@ -58,16 +62,24 @@ def assemble(lines: list[bytes]) -> bytes:
     return b"".join(line + b"\n" for line in lines)
 
 
-async def run_records(records: list[bytes], run: RunRecord, *,
-                      concurrency: int = DEFAULT_CONCURRENCY) -> tuple[list[bytes], int]:
+async def run_records(records: list[bytes], run: RunRecord, *, concurrency: int = DEFAULT_CONCURRENCY,
+                      retry_for_s: float = 30.0, first_wait_s: float = 0.05) -> tuple[list[bytes], int]:
     """Run every record through ``run``; returns (one line per record, in order; how many failed)."""
     gate = asyncio.Semaphore(max(1, concurrency))
     failed = 0
+    loop = asyncio.get_running_loop()
 
     async def one(record: bytes) -> bytes:
         nonlocal failed
-        async with gate:
-            status, answer = await run(record)
+        give_up = loop.time() + retry_for_s
+        wait = first_wait_s
+        while True:
+            async with gate:
+                status, answer = await run(record)
+            if status not in RETRY_STATUSES or loop.time() + wait > give_up:
+                break
+            await asyncio.sleep(wait)  # outside the gate: the records ahead of it make progress
+            wait = min(wait * 2, 1.0)
         if status >= 400:
             failed += 1
         return as_line(status, answer)

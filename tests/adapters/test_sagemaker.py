@@ -310,3 +310,27 @@ def test_response_size_guard_defaults_to_sagemakers_limit():
     import inspect
 
     assert inspect.signature(build_router).parameters["max_response_bytes"].default == SAGEMAKER_MAX_RESPONSE_BYTES
+
+
+def test_json_lines_overloaded_records_are_retried_not_failed():
+    """A record refused with 429 (queue full) is tried again; the order and the other lines are unchanged;
+    a record that stays refused past the retry window answers its 429 error line in place."""
+    import asyncio
+
+    from adapters.sagemaker.jsonlines import run_records
+
+    refusals = {b"a": 2, b"b": 0, b"c": 10**6}
+    calls: list[bytes] = []
+
+    async def run(record: bytes):
+        calls.append(record)
+        if refusals[record] > 0:
+            refusals[record] -= 1
+            return 429, b'{"error": {"message": "queue full", "type": "server_error", "param": null, "code": "overloaded"}}'
+        return 200, orjson.dumps({"record": record.decode()})
+
+    lines, failed = asyncio.run(run_records([b"a", b"b", b"c"], run, concurrency=2, retry_for_s=0.3,
+                                            first_wait_s=0.01))
+    assert [orjson.loads(line) for line in lines[:2]] == [{"record": "a"}, {"record": "b"}]
+    assert orjson.loads(lines[2])["error"]["code"] == "overloaded" and failed == 1
+    assert calls.count(b"a") == 3 and calls.count(b"b") == 1 and calls.count(b"c") > 2
