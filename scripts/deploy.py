@@ -418,34 +418,75 @@ def model_from_stack(cfn, stack_name: str) -> str:
     return name
 
 
-def wait_for_transform(sm, job_name: str, out: TextIO, *, poll_s: float = 30.0, timeout_s: float = 2 * 86400,
-                       sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+def create_transform_job(request: dict[str, Any], session):
+    """``request`` (create_transform_job's arguments) through the SageMaker Python SDK v3 resource
+    ``sagemaker.core.resources.TransformJob`` (sagemaker-core), on the boto3 ``session``: it creates the
+    job and describes it once."""
+    from sagemaker.core import shapes
+    from sagemaker.core.resources import TransformJob
+
+    source, target = request["TransformInput"], request["TransformOutput"]
+    s3 = source["DataSource"]["S3DataSource"]
+    options: dict[str, Any] = {}
+    if "DataProcessing" in request:
+        options["data_processing"] = shapes.DataProcessing(join_source=request["DataProcessing"]["JoinSource"])
+    return TransformJob.create(
+        transform_job_name=request["TransformJobName"],
+        model_name=request["ModelName"],
+        transform_input=shapes.TransformInput(
+            data_source=shapes.TransformDataSource(s3_data_source=shapes.TransformS3DataSource(
+                s3_data_type=s3["S3DataType"], s3_uri=s3["S3Uri"])),
+            content_type=source["ContentType"], compression_type=source["CompressionType"],
+            split_type=source["SplitType"]),
+        transform_output=shapes.TransformOutput(s3_output_path=target["S3OutputPath"], accept=target["Accept"],
+                                                assemble_with=target["AssembleWith"]),
+        transform_resources=shapes.TransformResources(
+            instance_type=request["TransformResources"]["InstanceType"],
+            instance_count=request["TransformResources"]["InstanceCount"]),
+        max_concurrent_transforms=request["MaxConcurrentTransforms"],
+        max_payload_in_mb=request["MaxPayloadInMB"],
+        batch_strategy=request["BatchStrategy"],
+        model_client_config=shapes.ModelClientConfig(
+            invocations_timeout_in_seconds=request["ModelClientConfig"]["InvocationsTimeoutInSeconds"],
+            invocations_max_retries=request["ModelClientConfig"]["InvocationsMaxRetries"]),
+        environment=request["Environment"],
+        tags=[{"key": t["Key"], "value": t["Value"]} for t in request["Tags"]],
+        session=session, region=session.region_name, **options,
+    )
+
+
+def wait_for_transform(job, out: TextIO, *, poll_s: float = 30.0, timeout_s: float = 2 * 86400,
+                       sleep: Callable[[float], None] = time.sleep) -> None:
+    """Poll the SDK resource (``refresh`` = describe_transform_job) until the job ends, printing each new
+    status once (the SDK's own ``wait`` draws a live panel instead, and sleeps on its own clock)."""
     started = time.monotonic()
     last = None
     while True:
-        described = sm.describe_transform_job(TransformJobName=job_name)
-        status = described["TransformJobStatus"]
+        status = str(job.transform_job_status)
         if status != last:
-            print(f"  transform job {job_name}: {status}", file=out)
+            print(f"  transform job {job.transform_job_name}: {status}", file=out)
             last = status
         if status in TRANSFORM_DONE:
-            return described
+            return
         if status in TRANSFORM_FAILED:
-            raise DeployError(f"transform job {job_name}: {status} {described.get('FailureReason', '')}".rstrip())
+            reason = job.failure_reason if isinstance(job.failure_reason, str) else ""
+            raise DeployError(f"transform job {job.transform_job_name}: {status} {reason}".rstrip())
         if time.monotonic() - started > timeout_s:
-            raise DeployError(f"transform job {job_name}: still {status} after {timeout_s:.0f} s")
+            raise DeployError(f"transform job {job.transform_job_name}: still {status} after {timeout_s:.0f} s")
         sleep(poll_s)
+        job.refresh()
 
 
-def run_transform(sm, cfn, request: dict[str, Any], out: TextIO, *, stack_name: str | None, wait: bool = True,
-                  poll_s: float = 30.0, sleep: Callable[[float], None] = time.sleep) -> dict[str, str]:
+def run_transform(session, cfn, request: dict[str, Any], out: TextIO, *, stack_name: str | None,
+                  wait: bool = True, poll_s: float = 30.0,
+                  sleep: Callable[[float], None] = time.sleep) -> dict[str, str]:
     if not request["ModelName"]:
         request = {**request, "ModelName": model_from_stack(cfn, stack_name)}
-    arn = sm.create_transform_job(**request)["TransformJobArn"]
+    job = create_transform_job(request, session)
     print(f"started transform job {request['TransformJobName']} on model {request['ModelName']}", file=out)
-    result = {"TransformJobArn": arn, "Output": request["TransformOutput"]["S3OutputPath"]}
+    result = {"TransformJobArn": str(job.transform_job_arn), "Output": request["TransformOutput"]["S3OutputPath"]}
     if wait:
-        wait_for_transform(sm, request["TransformJobName"], out, poll_s=poll_s, sleep=sleep)
+        wait_for_transform(job, out, poll_s=poll_s, sleep=sleep)
     return result
 
 
@@ -518,9 +559,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None, out: TextIO = sys.stdout, *, clients=None,
+def main(argv: list[str] | None = None, out: TextIO = sys.stdout, *, clients=None, session=None,
          sleep: Callable[[float], None] = time.sleep, environ: dict[str, str] | None = None) -> int:
-    """``clients``: a (cloudformation, sagemaker) pair to use instead of boto3's (the tests' stubs)."""
+    """``clients``: a (cloudformation, sagemaker) pair to use instead of boto3's (the tests' stubs);
+    ``session``: the boto3 session the SageMaker SDK resources use (transform)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     environ = dict(os.environ if environ is None else environ)
@@ -529,6 +571,10 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout, *, clients=Non
         from botocore.exceptions import BotoCoreError, ClientError
 
         aws_errors = (OSError, BotoCoreError, ClientError)
+        if args.platform == "transform":
+            from pydantic import ValidationError  # the SDK's shapes refuse bad values before any call
+
+            aws_errors += (ValidationError,)
     try:
         if args.platform == "modal":
             if args.env_file and not args.env_file.is_file():
@@ -559,13 +605,12 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout, *, clients=Non
             if args.dry_run:
                 dry_run_transform(request, out, stack_name)
                 return 0
-            if clients is None:
+            if session is None:
                 import boto3  # the [sagemaker] extra
 
                 session = boto3.session.Session(region_name=args.region)
-                clients = (session.client("cloudformation"), session.client("sagemaker"))
-            cfn, sm = clients
-            result = run_transform(sm, cfn, request, out, stack_name=stack_name, wait=not args.no_wait,
+            cfn = clients[0] if clients else session.client("cloudformation")
+            result = run_transform(session, cfn, request, out, stack_name=stack_name, wait=not args.no_wait,
                                    poll_s=args.poll, sleep=sleep)
             for key, value in result.items():
                 print(f"{key}: {value}", file=out)

@@ -423,8 +423,20 @@ def _transform_params(model: str) -> dict:
             "Tags": [{"Key": "project", "Value": "tessera"}]}
 
 
-def test_transform_job_from_the_stacks_model(deploy, clients):
-    cfn, sm = clients
+@pytest.fixture
+def sdk(fake_aws):
+    """A boto3 session and the SageMaker client that the SDK's resources (sagemaker-core) use for it: the
+    SDK caches one client per session and region, so a Stubber on that client answers the SDK's calls."""
+    import boto3
+    from sagemaker.core.utils.utils import SageMakerClient
+
+    session = boto3.session.Session(region_name="us-east-1")
+    return session, SageMakerClient(session=session, region_name="us-east-1").sagemaker_client
+
+
+def test_transform_job_from_the_stacks_model(deploy, clients, sdk):
+    cfn, _ = clients
+    session, sm = sdk
     arn = "arn:aws:sagemaker:us-east-1:123456789012:transform-job/embed-corpus"
     out = io.StringIO()
     with Stubber(cfn) as cstub, Stubber(sm) as sstub:
@@ -432,7 +444,7 @@ def test_transform_job_from_the_stacks_model(deploy, clients):
             stack("tessera-sm", "CREATE_COMPLETE", {"EndpointName": "tessera-sm", "ModelName": "Model-abc123"})]},
             {"StackName": "tessera-sm"})
         sstub.add_response("create_transform_job", {"TransformJobArn": arn}, _transform_params("Model-abc123"))
-        for status in ("InProgress", "InProgress", "Completed"):
+        for status in ("InProgress", "InProgress", "InProgress", "Completed"):  # create's own describe first
             sstub.add_response("describe_transform_job", {
                 "TransformJobName": "embed-corpus", "TransformJobArn": arn, "TransformJobStatus": status,
                 "ModelName": "Model-abc123", "CreationTime": NOW,
@@ -441,7 +453,7 @@ def test_transform_job_from_the_stacks_model(deploy, clients):
                 {"TransformJobName": "embed-corpus"})
         assert deploy.main(["transform", "--input", "s3://my-data/docs", "--output", "s3://my-data/embeddings/",
                             "--job-name", "embed-corpus", "--instance-count", "3", "--route", "embeddings"],
-                           out=out, clients=(cfn, sm), sleep=lambda s: None) == 0
+                           out=out, clients=(cfn, None), session=session, sleep=lambda s: None) == 0
         cstub.assert_no_pending_responses()
         sstub.assert_no_pending_responses()
     assert out.getvalue().splitlines() == [
@@ -449,8 +461,9 @@ def test_transform_job_from_the_stacks_model(deploy, clients):
         "  transform job embed-corpus: Completed", f"TransformJobArn: {arn}", "Output: s3://my-data/embeddings/"]
 
 
-def test_transform_failure_and_dry_run(deploy, clients, capsys, monkeypatch):
-    cfn, sm = clients
+def test_transform_failure_and_dry_run(deploy, clients, sdk, capsys, monkeypatch):
+    cfn, _ = clients
+    session, sm = sdk
     arn = "arn:aws:sagemaker:us-east-1:123456789012:transform-job/j"
     params = {**_transform_params("m"), "TransformJobName": "j", "TransformResources": {
         "InstanceType": "ml.g6.xlarge", "InstanceCount": 1}, "DataProcessing": {"JoinSource": "Input"}}
@@ -458,12 +471,16 @@ def test_transform_failure_and_dry_run(deploy, clients, capsys, monkeypatch):
     with Stubber(sm) as stub:
         stub.add_response("create_transform_job", {"TransformJobArn": arn}, params)
         stub.add_response("describe_transform_job", {
+            "TransformJobName": "j", "TransformJobArn": arn, "TransformJobStatus": "InProgress", "ModelName": "m",
+            "CreationTime": NOW, "TransformInput": params["TransformInput"],
+            "TransformResources": params["TransformResources"]}, {"TransformJobName": "j"})
+        stub.add_response("describe_transform_job", {
             "TransformJobName": "j", "TransformJobArn": arn, "TransformJobStatus": "Failed", "ModelName": "m",
             "CreationTime": NOW, "FailureReason": "ClientError: See job logs", "TransformInput": params["TransformInput"],
             "TransformResources": params["TransformResources"]}, {"TransformJobName": "j"})
         assert deploy.main(["transform", "--model-name", "m", "--input", "s3://my-data/docs/", "--output",
                             "s3://my-data/embeddings/", "--job-name", "j", "--join-input"],
-                           out=io.StringIO(), clients=(cfn, sm), sleep=None) == 1
+                           out=io.StringIO(), clients=(cfn, None), session=session, sleep=lambda s: None) == 1
     assert "transform job j: Failed ClientError: See job logs" in capsys.readouterr().err
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(var, raising=False)
