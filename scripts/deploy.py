@@ -301,26 +301,32 @@ def outputs(stack: dict[str, Any]) -> dict[str, str]:
     return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
 
 
-def wait_for_endpoint(sm, endpoint: str, out: TextIO, *, poll_s: float = 30.0, timeout_s: float = 3600,
+def wait_for_endpoint(session, endpoint: str, out: TextIO, *, poll_s: float = 30.0, timeout_s: float = 3600,
                       sleep: Callable[[float], None] = time.sleep) -> None:
+    """Poll the endpoint through the SageMaker Python SDK v3 resource (``sagemaker.core.resources.Endpoint``:
+    ``get``, then ``refresh``, each a DescribeEndpoint) until it is InService, printing each new status."""
+    from sagemaker.core.resources import Endpoint
+
+    resource = Endpoint.get(endpoint_name=endpoint, session=session, region=session.region_name)
     started = time.monotonic()
     last = None
     while True:
-        described = sm.describe_endpoint(EndpointName=endpoint)
-        status = described["EndpointStatus"]
+        status = str(resource.endpoint_status)
         if status != last:
             print(f"  endpoint {endpoint}: {status}", file=out)
             last = status
         if status == "InService":
             return
         if status in ("Failed", "OutOfService", "Deleting"):
-            raise DeployError(f"endpoint {endpoint}: {status} {described.get('FailureReason', '')}".rstrip())
+            reason = resource.failure_reason if isinstance(resource.failure_reason, str) else ""
+            raise DeployError(f"endpoint {endpoint}: {status} {reason}".rstrip())
         if time.monotonic() - started > timeout_s:
             raise DeployError(f"endpoint {endpoint}: still {status} after {timeout_s:.0f} s")
         sleep(poll_s)
+        resource.refresh()
 
 
-def deploy_stack(platform: str, cfn, request: dict[str, Any], out: TextIO, *, sm=None, poll_s: float = 5.0,
+def deploy_stack(platform: str, cfn, request: dict[str, Any], out: TextIO, *, session=None, poll_s: float = 5.0,
                  sleep: Callable[[float], None] = time.sleep) -> dict[str, str]:
     """Create/update the stack, wait, (SageMaker) wait for InService; returns the stack Outputs."""
     name = request["StackName"]
@@ -329,7 +335,7 @@ def deploy_stack(platform: str, cfn, request: dict[str, Any], out: TextIO, *, sm
              else cfn.describe_stacks(StackName=name)["Stacks"][0])
     result = outputs(stack)
     if platform == "sagemaker":
-        wait_for_endpoint(sm, result["EndpointName"], out, poll_s=poll_s * 6, sleep=sleep)
+        wait_for_endpoint(session, result["EndpointName"], out, poll_s=poll_s * 6, sleep=sleep)
     return result
 
 
@@ -561,8 +567,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, out: TextIO = sys.stdout, *, clients=None, session=None,
          sleep: Callable[[float], None] = time.sleep, environ: dict[str, str] | None = None) -> int:
-    """``clients``: a (cloudformation, sagemaker) pair to use instead of boto3's (the tests' stubs);
-    ``session``: the boto3 session the SageMaker SDK resources use (transform)."""
+    """``clients``: a (cloudformation, unused) pair to use instead of boto3's (the tests' stubs);
+    ``session``: the boto3 session the SageMaker SDK resources use (endpoint wait, transform job)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     environ = dict(os.environ if environ is None else environ)
@@ -636,13 +642,12 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout, *, clients=Non
         if args.dry_run:
             dry_run_stack(args.platform, request, out)
             return 0
-        if clients is None:
+        if session is None and (clients is None or args.platform == "sagemaker"):
             import boto3  # the [sagemaker] extra
 
             session = boto3.session.Session(region_name=args.region)
-            clients = (session.client("cloudformation"), session.client("sagemaker"))
-        cfn, sm = clients
-        result = deploy_stack(args.platform, cfn, request, out, sm=sm, poll_s=args.poll, sleep=sleep)
+        cfn = clients[0] if clients else session.client("cloudformation")
+        result = deploy_stack(args.platform, cfn, request, out, session=session, poll_s=args.poll, sleep=sleep)
     except (DeployError, ValueError, *aws_errors) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -132,8 +132,10 @@ def test_update_skips_old_events_and_up_to_date_is_fine(deploy, clients):
                                  "stack tessera is up to date", f"FunctionUrl: {URL}"]
 
 
-def test_sagemaker_create_waits_for_in_service(deploy, clients):
-    cfn, sm = clients
+def test_sagemaker_create_waits_for_in_service(deploy, clients, sdk):
+    """The endpoint wait runs through the SDK's Endpoint resource (get, then refresh)."""
+    cfn, _ = clients
+    session, sm = sdk
     name = {"StackName": "tessera-sm"}
     params = {p["ParameterKey"]: p["ParameterValue"]
               for p in json.loads((ROOT / "infra/sagemaker/params-inf2.json").read_text())}
@@ -154,7 +156,7 @@ def test_sagemaker_create_waits_for_in_service(deploy, clients):
                 {"EndpointName": "tessera-sm"})
         code = deploy.main(["sagemaker", "--bucket", "my-models", "--params-file",
                             str(ROOT / "infra/sagemaker/params-inf2.json"), "--param", "MaxInstances=8",
-                            "--poll", "1"], out=out, clients=(cfn, sm), sleep=sleeps.append)
+                            "--poll", "1"], out=out, clients=(cfn, None), session=session, sleep=sleeps.append)
         cstub.assert_no_pending_responses()
         sstub.assert_no_pending_responses()
     assert code == 0
