@@ -426,11 +426,20 @@ def _transform_params(model: str) -> dict:
 
 
 @pytest.fixture
-def sdk(fake_aws):
+def sdk(fake_aws, monkeypatch):
     """A boto3 session and the SageMaker client that the SDK's resources (sagemaker-core) use for it: the
-    SDK caches one client per session and region, so a Stubber on that client answers the SDK's calls."""
+    SDK caches one client per session and region, so a Stubber on that client answers the SDK's calls.
+    Any socket connection (telemetry, a client the Stubber does not cover) fails the test."""
+    import socket
+
     import boto3
     from sagemaker.core.utils.utils import SageMakerClient
+
+    def refuse(self, address):
+        raise AssertionError(f"a connection to {address} was attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
 
     session = boto3.session.Session(region_name="us-east-1")
     return session, SageMakerClient(session=session, region_name="us-east-1").sagemaker_client
