@@ -21,11 +21,18 @@ from packaging.utils import canonicalize_name
 
 from .conftest import ROOT
 
-SKIP_DIRS = {".git", ".venv", "node_modules", "__pycache__", ".whl", ".gl", ".bench"}
-DOCKERFILES = sorted(
-    p.relative_to(ROOT).as_posix() for p in ROOT.rglob("Dockerfile*")
-    if p.is_file() and not SKIP_DIRS & set(p.relative_to(ROOT).parts)
-)
+SKIP_DIRS = {".git", ".venv", "node_modules", "__pycache__", ".whl", ".gl", ".bench", ".pytest_cache"}
+
+
+def _dockerfiles() -> list[str]:
+    found = []
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS]  # never walk the virtualenv or VCS data
+        found += [(Path(folder) / f).relative_to(ROOT).as_posix() for f in files if f.startswith("Dockerfile")]
+    return sorted(found)
+
+
+DOCKERFILES = _dockerfiles()
 SAGEMAKER = {"adapters/sagemaker/Dockerfile.cuda": "requirements-cuda.txt",
              "adapters/sagemaker/Dockerfile.neuron": "requirements-neuron.txt"}
 BIND_LABEL = "com.amazonaws.sagemaker.capabilities.accept-bind-to-port"
