@@ -61,6 +61,10 @@ class ModelSpec(BaseModel):
     default_prompt_name: str | None = Field(
         default=None, description="prompt used when a request names none; default: the model's own"
     )
+    pooling: str | None = Field(
+        default=None, description="embed: replace the Pooling module's mode (as TEI's --pooling): cls | mean | max | "
+        "mean_sqrt_len_tokens | weightedmean | lasttoken (TEI's last-token accepted; 'mean+max' concatenates)",
+    )
     trust_remote_code: bool = Field(
         default=False, description="allow the folder's own Python code (config auto_map); off: such folders are refused"
     )
