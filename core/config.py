@@ -146,6 +146,8 @@ class Settings(BaseSettings):
     threads: int = Field(default_factory=lambda: len(os.sched_getaffinity(0)), gt=0, description="runtime threads")
     request_timeout_s: float = Field(default=60.0, gt=0, description="deadline of a request (504 after)")
     max_request_bytes: int = Field(default=8 * 1024 * 1024, gt=0, description="request body limit (413)")
+    max_header_bytes: int = Field(default=64 * 1024, gt=0, description="request line and headers together (431 "
+                                  "beyond); enforced by `python -m core serve` and scripts/serve")
     request_body_timeout_s: float = Field(
         default=30.0, gt=0, description="time for a request's whole body to arrive (408 after); only then "
         "does the request take an in-flight slot")
