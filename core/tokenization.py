@@ -130,9 +130,22 @@ class TextTokenizer:
         encodings = self._truncating.encode_batch(list(texts))
         return [(list(e.ids), list(e.tokens)) for e in encodings]
 
-    def pieces(self, texts: Sequence[str], *, add_special_tokens: bool = True) -> list[list[Piece]]:
-        """Untruncated tokens with their ids, character offsets and special flags (``/v1/tokenize``)."""
-        encodings = _guarded(self._full.encode_batch, list(texts), "input", add_special_tokens=add_special_tokens)
+    def pieces(self, texts: Sequence[str], *, add_special_tokens: bool = True,
+               max_tokens: int | None = None) -> list[list[Piece]]:
+        """Untruncated tokens with their ids, character offsets and special flags (``/v1/tokenize``).
+        With ``max_tokens``, texts are tokenized a few at a time and the request is refused (413) as soon
+        as the running total passes it, so the work and memory stay bounded whatever the input."""
+        texts = list(texts)
+        encodings: list = []
+        total, step = 0, 32
+        for start in range(0, len(texts), step):
+            chunk = _guarded(self._full.encode_batch, texts[start : start + step], "input",
+                             add_special_tokens=add_special_tokens)
+            total += sum(len(e.ids) for e in chunk)
+            if max_tokens is not None and total > max_tokens:
+                raise TooLarge(f"the texts hold more than {max_tokens} tokens (max_tokens_per_request)",
+                               param="input", code="too_many_tokens")
+            encodings.extend(chunk)
         return [
             [Piece(i, t, bool(s), a, b) for i, t, s, (a, b) in zip(e.ids, e.tokens, e.special_tokens_mask, e.offsets)]
             for e in encodings

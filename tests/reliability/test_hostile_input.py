@@ -162,3 +162,22 @@ def test_an_empty_api_key_is_a_start_up_error(keys, monkeypatch):
     monkeypatch.setenv("TESSERA_API_KEYS", keys)
     with pytest.raises(ValidationError, match=r"api_keys\[\d\] is empty or blank"):
         Settings()
+
+
+def test_tokenize_has_the_limits_of_the_other_routes(minilm_dir):
+    """/v1/tokenize with an 8.3 MB body reached 1.9 GB and ran on after the client left: it now stops at
+    the tokens-per-request limit (413) and at the deadline (504), like the other routes."""
+    import time
+
+    texts = ["word " * 20_000] * 80  # 8 MB, 1.6M tokens
+    with client_for(models=[{"path": str(minilm_dir), "name": "m", "backend": "torch"}],
+                    max_request_bytes=16 << 20) as one:
+        for path, key in (("/v1/tokenize", "input"), ("/tokenize", "inputs")):
+            started = time.monotonic()
+            response = one.post(path, json={key: texts})
+            assert_error(response, 413, "too_many_tokens")
+            assert time.monotonic() - started < 3.0
+        response = one.post("/v1/tokenize", json={"input": ["word " * 20_000] * 12},
+                            headers={"X-Request-Timeout": "0.05"})
+        assert_error(response, 504)
+        assert one.post("/v1/tokenize", json={"input": "fine"}).json()["data"][0]["count"] == 3

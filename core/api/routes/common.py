@@ -10,7 +10,7 @@ from fastapi.responses import Response
 
 from core.config import Settings
 from core.engine import Registry
-from core.errors import InvalidInput, NotReady, TesseraError
+from core.errors import InvalidInput, NotReady, TesseraError, Timeout
 
 TIMEOUT_HEADER = "x-request-timeout"
 
@@ -71,3 +71,20 @@ async def serve_until_disconnect(request: Request, work):
         task.cancel()
         raise ClientClosed("client disconnected")
     return task.result()
+
+
+async def tokenize_pieces(request: Request, tokenizer, texts: list[str], *, add_special_tokens: bool):
+    """``/v1/tokenize`` and TEI's ``/tokenize``: the same limits, deadline and disconnect handling as the
+    other routes (tokens per request; 504 at the deadline; abandoned when the client goes away)."""
+    settings = settings_of(request)
+    deadline = deadline_for(request, settings)
+    work = asyncio.to_thread(tokenizer.pieces, texts, add_special_tokens=add_special_tokens,
+                             max_tokens=settings.max_tokens_per_request)
+
+    async def bounded():
+        try:
+            return await asyncio.wait_for(work, max(deadline - time.monotonic(), 0.0))
+        except TimeoutError:
+            raise Timeout("the request's deadline passed while tokenizing") from None
+
+    return await serve_until_disconnect(request, bounded())

@@ -15,7 +15,9 @@ from fastapi.responses import Response
 
 from core.api import protocol
 from core.api.encode import dumps, tei_sparse
-from core.api.routes.common import JSONBytes, deadline_for, registry_of, serve_until_disconnect, settings_of
+from core.api.routes.common import (
+    JSONBytes, deadline_for, registry_of, serve_until_disconnect, settings_of, tokenize_pieces,
+)
 from core.api.routes.inputs import check_texts, text_list
 from core.errors import InvalidInput
 from core.tasks.classify import ClassifyRequest, labels_of
@@ -132,7 +134,7 @@ async def tei_rerank(body: protocol.RerankRequest, request: Request) -> Response
 async def tei_tokenize(body: protocol.TeiTokenizeRequest, request: Request) -> Response:
     engine = _first_engine(request, "tokenize")
     texts = text_list(body.inputs, "inputs", settings_of(request))
-    pieces = await asyncio.to_thread(engine.task.tokenizer.pieces, texts, add_special_tokens=body.add_special_tokens)
+    pieces = await tokenize_pieces(request, engine.task.tokenizer, texts, add_special_tokens=body.add_special_tokens)
     return JSONBytes(dumps([
         [{"id": p.id, "text": p.text, "special": p.special, "start": p.start, "stop": p.stop} for p in row]
         for row in pieces
