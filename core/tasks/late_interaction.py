@@ -28,6 +28,7 @@ import numpy as np
 from core.config import ModelSpec
 from core.errors import InvalidInput, TooLarge
 from core.loading import ModelInfo
+from core.tasks.base import Task
 from core.tasks.embed import EmbedRequest, EmbedResult, l2_normalize
 from core.tasks.prompts import resolve_prompt
 from core.tasks.scoring import ScoreResult
@@ -100,7 +101,7 @@ def maxsim(query: np.ndarray, document: np.ndarray) -> float:
     return float((query @ document.T).max(axis=1).sum())
 
 
-class LateInteractionTask:
+class LateInteractionTask(Task):
     name: ClassVar[str] = "late_interaction"
     head: ClassVar[str] = "encoder"
     capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings", "score", "tokenize"})
