@@ -6,6 +6,8 @@ options given on the command line win over the environment.
 
 from __future__ import annotations
 
+import math
+
 import argparse
 
 from core.config import ModelSpec, Settings
@@ -68,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     from core.logs import configure_logging
 
     configure_logging(settings.log_level)
-    uvicorn.run(create_app(settings), host=settings.host, port=int(settings.port), loop="auto", http="auto",
-                access_log=False, log_level=settings.log_level,
-                timeout_graceful_shutdown=int(settings.shutdown_grace_s) or None)
+    from core.api.http_limits import http_options
+
+    uvicorn.run(create_app(settings), host=settings.host, port=int(settings.port), loop="auto",
+                **http_options(settings.max_header_bytes), access_log=False, log_level=settings.log_level,
+                timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s))  # 0: stop now
     return 0

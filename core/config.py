@@ -61,6 +61,10 @@ class ModelSpec(BaseModel):
     default_prompt_name: str | None = Field(
         default=None, description="prompt used when a request names none; default: the model's own"
     )
+    pooling: str | None = Field(
+        default=None, description="embed: replace the Pooling module's mode (as TEI's --pooling): cls | mean | max | "
+        "mean_sqrt_len_tokens | weightedmean | lasttoken (TEI's last-token accepted; 'mean+max' concatenates)",
+    )
     trust_remote_code: bool = Field(
         default=False, description="allow the folder's own Python code (config auto_map); off: such folders are refused"
     )
@@ -142,6 +146,11 @@ class Settings(BaseSettings):
     threads: int = Field(default_factory=lambda: len(os.sched_getaffinity(0)), gt=0, description="runtime threads")
     request_timeout_s: float = Field(default=60.0, gt=0, description="deadline of a request (504 after)")
     max_request_bytes: int = Field(default=8 * 1024 * 1024, gt=0, description="request body limit (413)")
+    max_header_bytes: int = Field(default=64 * 1024, gt=0, description="request line and headers together (431 "
+                                  "beyond); enforced by `python -m core serve` and scripts/serve")
+    request_body_timeout_s: float = Field(
+        default=30.0, gt=0, description="time for a request's whole body to arrive (408 after); only then "
+        "does the request take an in-flight slot")
     max_items_per_request: int = Field(default=2048, gt=0, description="inputs per request (413)")
     max_chars_per_item: int = Field(default=100_000, gt=0, description="characters per text input (413)")
     retry_after_s: int = Field(default=1, ge=0, description="Retry-After sent with 429")
@@ -159,6 +168,10 @@ class Settings(BaseSettings):
     media_max_bytes: int = Field(default=10 * 1024 * 1024, gt=0, description="bytes per image/audio input")
     media_max_pixels: int = Field(default=25_000_000, gt=0, description="pixels per image (width x height)")
     media_max_audio_seconds: float = Field(default=300.0, gt=0, description="seconds per audio input")
+    media_max_request_pixels: int = Field(
+        default=200_000_000, gt=0, description="pixels of all images of one request together (decoded one at a time)")
+    media_max_request_audio_seconds: float = Field(
+        default=1200.0, gt=0, description="seconds of all audio inputs of one request together")
     media_fetch_timeout_s: float = Field(default=10.0, gt=0, description="wall-clock limit of one URL fetch")
     media_max_redirects: int = Field(default=3, ge=0, description="redirects followed (each one re-checked)")
     media_allow_urls: bool = Field(default=True, description="fetch http(s) URLs; false: data: URIs only")
@@ -174,6 +187,16 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return json.loads(value) if value.strip() else []
         return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _no_blank_keys(cls, keys: list[str]) -> list[str]:
+        # '["$KEY"]' with KEY unset gives ""; an empty key would let requests without credentials in
+        for i, key in enumerate(keys):
+            if not key.strip():
+                raise ValueError(f"api_keys[{i}] is empty or blank: every key must be a non-empty secret "
+                                 "(is a variable in the list unset?)")
+        return keys
 
     @model_validator(mode="after")
     def _unique_names(self) -> "Settings":

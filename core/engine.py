@@ -75,7 +75,9 @@ class Engine:
 
     # serving ---------------------------------------------------------------------------------
     async def __call__(self, request: Any, *, deadline: float | None = None) -> Any:
-        """prepare (worker thread) → batch (inference thread) → finish."""
+        """fetch (event loop, media URLs) → prepare (worker thread) → batch (inference thread) → finish."""
+        if self.task.fetches_inputs:
+            await self.task.fetch_inputs(request)
         if self.task.prepare_inline(request):  # cheaper than a thread hop: tokenize a few short texts on the loop
             items = self.task.prepare(request)
         else:
@@ -135,7 +137,7 @@ class Engine:
             "object": "model",
             "created": 0,
             "owned_by": "tessera",
-            "modalities": list(getattr(self.task, "modalities", ("text",))),
+            "modalities": list(self.task.modalities),
             **self.task.describe(),
             **self.backend.describe(),
         }

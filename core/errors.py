@@ -71,6 +71,19 @@ class Overloaded(TesseraError):
 class NotReady(TesseraError):
     status, type, code = 503, "server_error", "not_ready"
 
+    def __init__(self, message: str, *, retry_after: float | None = None, **kwargs):
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {} if self.retry_after is None else {"Retry-After": str(max(1, round(self.retry_after)))}
+
+
+class RequestTimeout(TesseraError):
+    """The request (its body) did not arrive in time."""
+
+    status, type, code = 408, "invalid_request_error", "request_timeout"
+
 
 class BackendFailure(TesseraError):
     status, type, code = 500, "server_error", "backend_failure"

@@ -37,20 +37,41 @@ def _read_json(path: Path) -> dict[str, Any]:
         return {}
 
 
+#: sentence-transformers' Pooling modes, in the order it concatenates legacy ``pooling_mode_*`` flags
+POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+_POOLING_ALIASES = {"last_token": "lasttoken", "last-token": "lasttoken", "mean-sqrt-len": "mean_sqrt_len_tokens",
+                    "mean_sqrt_len": "mean_sqrt_len_tokens", "weighted_mean": "weightedmean",
+                    "weighted-mean": "weightedmean"}
+_LEGACY_POOLING_KEYS = (
+    ("pooling_mode_cls_token", "cls"),
+    ("pooling_mode_max_tokens", "max"),
+    ("pooling_mode_mean_tokens", "mean"),
+    ("pooling_mode_mean_sqrt_len_tokens", "mean_sqrt_len_tokens"),
+    ("pooling_mode_weightedmean_tokens", "weightedmean"),
+    ("pooling_mode_lasttoken", "lasttoken"),
+)
+
+
+def parse_pooling(value: Any, *, where: str = "pooling") -> str:
+    """A pooling mode by name (TEI spellings such as ``last-token`` accepted), or several joined by ``+``
+    (``mean+max``: concatenated, as sentence-transformers does for a tuple of modes). Unknown → InvalidInput."""
+    parts = list(value) if isinstance(value, (list, tuple)) else str(value).split("+")
+    modes = []
+    for part in parts:
+        mode = _POOLING_ALIASES.get(str(part).strip().lower(), str(part).strip().lower())
+        if mode not in POOLING_MODES:
+            raise InvalidInput(f"{where}: unknown pooling mode {part!r}; known: {list(POOLING_MODES)}")
+        modes.append(mode)
+    if not modes:
+        raise InvalidInput(f"{where}: no pooling mode given; known: {list(POOLING_MODES)}")
+    return "+".join(modes)
+
+
 def _pooling_mode(cfg: dict[str, Any]) -> str:
-    if "pooling_mode" in cfg:  # newer sentence-transformers write the mode by name
-        mode = str(cfg["pooling_mode"])
-        return "lasttoken" if mode in ("lasttoken", "last_token") else mode
-    for key, mode in (
-        ("pooling_mode_cls_token", "cls"),
-        ("pooling_mode_lasttoken", "lasttoken"),
-        ("pooling_mode_max_tokens", "max"),
-        ("pooling_mode_mean_sqrt_len_tokens", "mean_sqrt_len_tokens"),
-        ("pooling_mode_mean_tokens", "mean"),
-    ):
-        if cfg.get(key):
-            return mode
-    return "mean"
+    if "pooling_mode" in cfg:  # newer sentence-transformers write the mode (or a list of modes) by name
+        return parse_pooling(cfg["pooling_mode"], where="Pooling config")
+    modes = [mode for key, mode in _LEGACY_POOLING_KEYS if cfg.get(key)]
+    return "+".join(modes) or "mean"
 
 
 def read_model_info(folder: Path, *, max_length: int | None = None) -> ModelInfo:
@@ -115,14 +136,25 @@ def is_late_interaction(folder: Path) -> bool:
     return st_cfg.get("model_type") == "ColBERT" or ("query_length" in st_cfg and "document_length" in st_cfg)
 
 
+def is_multi_output(folder: Path) -> bool:
+    """A BGE-M3-style folder: ``sparse_linear`` and ``colbert_linear`` heads (``.pt`` or ``.safetensors``)
+    beside the encoder (see core/tasks/multi_output.py)."""
+    folder = Path(folder)
+    return all((folder / f"{n}.pt").exists() or (folder / f"{n}.safetensors").exists()
+               for n in ("sparse_linear", "colbert_linear"))
+
+
 def detect_task(info: ModelInfo) -> str:
     """The task a folder serves when its spec says ``task: auto`` (read from config.json, as Infinity does):
     ``*ForSequenceClassification`` with one label (or a sentence-transformers CrossEncoder) → rerank, with
     more labels → classify; ``*ForMaskedLM`` without a pooling module → sparse (SPLADE); a ColBERT folder
-    → late_interaction; CLIP/SigLIP/CLAP/ColPali architectures → their multi-modal task; anything else → embed."""
+    → late_interaction; ``sparse_linear`` + ``colbert_linear`` heads (BGE-M3) → multi_output;
+    CLIP/SigLIP/CLAP/ColPali architectures → their multi-modal task; anything else → embed."""
     for arch in info.architectures:
         if arch in MULTIMODAL_ARCHITECTURES:
             return MULTIMODAL_ARCHITECTURES[arch]
+    if is_multi_output(info.folder):
+        return "multi_output"
     if is_late_interaction(info.folder):
         return "late_interaction"
     if any(a.endswith("ForSequenceClassification") for a in info.architectures):
@@ -137,3 +169,103 @@ def detect_task(info: ModelInfo) -> str:
         if not any(str(m.get("type", "")).endswith("Pooling") for m in modules):
             return "sparse"
     return "embed"
+
+
+# --- sentence-transformers pipelines of embedding models (Transformer → Pooling → Dense… → Normalize) ---
+
+#: the sentence-transformers modules an embedding folder may list (class names; any other is refused)
+EMBED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
+
+
+@dataclass(frozen=True)
+class DenseModule:
+    """A sentence-transformers ``Dense`` module: ``activation(x @ W.T + b)`` (``+ x`` or ``+ x @ R.T`` with
+    ``use_residual``), read from its folder (``config.json`` and ``model.safetensors``/``pytorch_model.bin``)."""
+
+    folder: Path
+    in_features: int
+    out_features: int
+    bias: bool
+    activation: str  # the class path sentence-transformers saved, e.g. torch.nn.modules.activation.Tanh
+    use_residual: bool = False
+
+
+@dataclass(frozen=True)
+class EmbedPipeline:
+    #: one mode, or several joined by "+" (their pooled vectors concatenated in that order)
+    pooling: str
+    include_prompt: bool
+    #: what runs on the pooled vector, in module order: ``DenseModule``s and ``"normalize"`` (a Normalize
+    #: followed by a Dense); a trailing Normalize is ``normalize`` instead, so a request may turn it off
+    steps: tuple[DenseModule | str, ...]
+    normalize: bool
+
+
+def _module_class(kind: str) -> str | None:
+    """``sentence_transformers.models.Dense`` (any sentence-transformers version's path) → ``Dense``;
+    None for a type from another package (a custom module: never run as if it were a known one)."""
+    if kind.split(".")[0] != "sentence_transformers":
+        return None
+    name = kind.rsplit(".", 1)[-1]
+    return name if name in EMBED_MODULES else None
+
+
+def read_embed_pipeline(folder: Path, *, pooling: str | None = None) -> EmbedPipeline:
+    """The post-encoder pipeline of an embedding folder from its ``modules.json``, or ``Unsupported`` naming
+    the first module Tessera does not implement (a different vector is never served silently). ``pooling``
+    (the spec's override, as TEI's ``--pooling``) replaces the Pooling module's mode."""
+    from core.errors import Unsupported
+
+    folder = Path(folder)
+    modules_file = folder / "modules.json"
+    override = parse_pooling(pooling, where="spec pooling") if pooling is not None else None
+    if not modules_file.exists():  # a plain transformers encoder: mean pooling is the common choice
+        return EmbedPipeline(override or "mean", True, (), False)
+    modules = sorted(json.loads(modules_file.read_text()), key=lambda m: int(m.get("idx", 0)))
+    mode, include_prompt, pooled = "mean", True, False
+    steps: list[DenseModule | str] = []
+    for position, module in enumerate(modules):
+        kind, sub = str(module.get("type", "")), str(module.get("path", ""))
+        name = _module_class(kind)
+        where = f"{folder}: module {kind!r} ({sub or 'the folder root'})"
+        if name is None:
+            raise Unsupported(f"{where} is not implemented by Tessera's embed task (it runs the "
+                              f"sentence-transformers modules {list(EMBED_MODULES)}); serving without it would "
+                              "give different vectors")
+        cfg = _read_json(folder / sub / "config.json")
+        if name == "Transformer":
+            if position != 0 or sub not in ("", "."):
+                raise Unsupported(f"{where}: the Transformer must be the first module, saved at the folder root")
+            continue
+        if name == "Pooling":
+            if pooled:
+                raise Unsupported(f"{where}: a second Pooling module is not supported")
+            mode, include_prompt, pooled = _pooling_mode(cfg), bool(cfg.get("include_prompt", True)), True
+            continue
+        if not pooled:
+            raise Unsupported(f"{where}: a {name} module before Pooling (on token embeddings) is not supported")
+        for key in ("module_input_name", "module_output_name"):
+            if cfg.get(key) not in (None, "sentence_embedding"):
+                raise Unsupported(f"{where}: {key}={cfg[key]!r} is not supported (only 'sentence_embedding')")
+        if name == "Normalize":
+            steps.append("normalize")
+            continue
+        try:
+            dense = DenseModule(
+                folder=folder / sub, in_features=int(cfg["in_features"]), out_features=int(cfg["out_features"]),
+                bias=bool(cfg.get("bias", True)),
+                # sentence-transformers' Dense defaults to Tanh when the config names no activation
+                activation=str(cfg.get("activation_function") or "torch.nn.modules.activation.Tanh"),
+                use_residual=bool(cfg.get("use_residual", False)),
+            )
+        except KeyError as exc:
+            raise InvalidInput(f"{where}: config.json lacks {exc.args[0]!r}") from exc
+        steps.append(dense)
+    if not pooled:
+        raise Unsupported(f"{folder}: modules.json has no Pooling module: token embeddings are not an "
+                          "embedding (serve it with task late_interaction for one vector per token)")
+    normalize = False
+    while steps and steps[-1] == "normalize":
+        steps.pop()
+        normalize = True
+    return EmbedPipeline(override or mode, include_prompt, tuple(steps), normalize)

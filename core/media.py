@@ -13,7 +13,12 @@ Safety of URL fetching (SSRF guard), per hop of a redirect chain:
    cannot swap the address between check and connect;
 4. redirects are not followed by the client: each ``Location`` is checked like a new URL;
 5. size (bytes read), pixel count, audio duration and wall-clock time are limited; the content type
-   must be an image / audio type.
+   must be an image / audio type. A fetch's time limit covers connect, headers and body together and
+   never outlives the request's deadline; ``prefetch`` runs a request's fetches on the event loop, so a
+   slow server holds no preparation thread.
+
+Budgets per request (not only per item): decoded pixels and audio seconds, charged from each item's
+header before it is decoded; items are decoded, preprocessed and released one at a time.
 
 Every refusal or decode failure is an ``InvalidInput`` (400) naming ``input[i]``. Limits come from
 ``Settings`` through :meth:`MediaLimits.from_settings`; nothing here reads the environment.
@@ -21,6 +26,7 @@ Every refusal or decode failure is an ``InvalidInput`` (400) naming ``input[i]``
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import io
@@ -32,7 +38,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from core.errors import InvalidInput, require
+from core.errors import InvalidInput, Timeout, TooLarge, require
 
 #: resolver(host, port) -> the IP addresses (strings) the host name resolves to
 Resolver = Callable[[str, int], Sequence[str]]
@@ -43,6 +49,11 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IMAGE_TYPES = frozenset({"image/"})
 AUDIO_TYPES = frozenset({"audio/", "application/ogg", "application/x-flac"})
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+#: sample rates a real recording has (telephony to studio); anything else is refused before decoding
+MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 1_000, 384_000
+#: the largest up/down factor of a polyphase resampling (44.1 kHz → 48 kHz is 160/147)
+MAX_RESAMPLE_FACTOR = 1_000
 
 
 def system_resolver(host: str, port: int) -> list[str]:
@@ -56,6 +67,9 @@ class MediaLimits:
     max_bytes: int = 10 * 1024 * 1024
     max_pixels: int = 25_000_000
     max_audio_seconds: float = 300.0
+    #: budgets of one request across its items (decoded pixels; seconds of audio)
+    max_request_pixels: int = 200_000_000
+    max_request_audio_seconds: float = 1_200.0
     fetch_timeout_s: float = 10.0
     max_redirects: int = 3
     allow_urls: bool = True
@@ -68,6 +82,8 @@ class MediaLimits:
             max_bytes=settings.media_max_bytes,
             max_pixels=settings.media_max_pixels,
             max_audio_seconds=settings.media_max_audio_seconds,
+            max_request_pixels=settings.media_max_request_pixels,
+            max_request_audio_seconds=settings.media_max_request_audio_seconds,
             fetch_timeout_s=settings.media_fetch_timeout_s,
             max_redirects=settings.media_max_redirects,
             allow_urls=settings.media_allow_urls,
@@ -156,6 +172,9 @@ class MediaFetcher:
 
     def __post_init__(self) -> None:
         self._allow = _AllowList.parse(self.limits.allow)
+        self._fetched: dict[int, bytes] = {}  # input index -> body fetched by ``prefetch``
+        self._pixels = 0  # decoded so far in this request (the request's pixel budget)
+        self._audio_seconds = 0.0  # decoded so far in this request (after resampling)
 
     # bytes -------------------------------------------------------------------------------------
     def load(self, ref: Any, *, index: int, accepted: frozenset[str]) -> bytes:
@@ -167,6 +186,9 @@ class MediaFetcher:
         if head.startswith(("http://", "https://")):
             if not self.limits.allow_urls:
                 raise _refuse(index, "fetching URLs is disabled on this server; send a data: URI")
+            fetched = self._fetched.pop(index, None)
+            if fetched is not None:
+                return fetched
             return self.fetch(ref, index=index, accepted=accepted).data
         scheme = ref.split(":", 1)[0][:20] if ":" in ref else ""
         raise _refuse(index, f"unsupported media reference (scheme {scheme!r}); use a data: URI or http(s) URL")
@@ -217,17 +239,59 @@ class MediaFetcher:
         return addresses[0]
 
     def fetch(self, url: str, *, index: int, accepted: frozenset[str]) -> Fetched:
+        """Fetch one URL from a thread without an event loop (the blocking form of :meth:`afetch`)."""
+        return asyncio.run(self.afetch(url, index=index, accepted=accepted))
+
+    async def prefetch(self, refs: Sequence[Any], *, accepted: frozenset[str]) -> None:
+        """Fetch every http(s) reference of a request at once, on the caller's event loop, before the
+        request takes a preparation thread: a slow server then holds no thread that others need, and
+        each fetch is bounded in wall-clock time (connect, headers and body together) by the fetch
+        limit and the request's deadline. :meth:`load` then uses the fetched bytes."""
+        urls = [(i, ref) for i, ref in enumerate(refs)
+                if isinstance(ref, str) and ref[:8].lower().startswith(("http://", "https://"))]
+        if not urls or not self.limits.allow_urls:
+            return
+        async def one(i: int, url: str) -> None:
+            self._fetched[i] = (await self.afetch(url, index=i, accepted=accepted)).data
+
+        tasks = [asyncio.ensure_future(one(i, url)) for i, url in urls]
+        try:  # every fetch is bounded in time: wait for all, then report the first input that failed
+            await asyncio.wait(tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+        for task in tasks:
+            if not task.cancelled() and task.exception() is not None:
+                raise task.exception()
+
+    async def afetch(self, url: str, *, index: int, accepted: frozenset[str]) -> Fetched:
+        """One URL, redirects re-checked hop by hop; the whole exchange ends by the fetch limit or the
+        request's deadline, whichever comes first (a server that sends its headers a byte at a time
+        is cut off like one that never answers)."""
+        budget = self.limits.fetch_timeout_s
+        if self.deadline is not None:
+            budget = min(budget, self.deadline - time.monotonic())
+        if budget <= 0:
+            raise self._too_slow(index)
         httpx = require("httpx", "media")
+        try:
+            async with asyncio.timeout(budget):
+                return await self._afetch(httpx, url, index=index, accepted=accepted)
+        except TimeoutError:
+            raise self._too_slow(index) from None
+        except httpx.TimeoutException:
+            raise self._too_slow(index) from None
+        except httpx.HTTPError as exc:
+            raise _refuse(index, f"could not fetch the URL ({type(exc).__name__}: {exc})") from None
+
+    async def _afetch(self, httpx, url: str, *, index: int, accepted: frozenset[str]) -> Fetched:
         limits = self.limits
-        deadline = time.monotonic() + limits.fetch_timeout_s
-        if self.deadline is not None and self.deadline < deadline:
-            deadline = self.deadline
         try:
             current = httpx.URL(url)
         except (httpx.InvalidURL, ValueError, TypeError) as exc:
             raise _refuse(index, f"invalid URL ({exc})") from None
-        with httpx.Client(transport=self.transport, trust_env=False, follow_redirects=False,
-                          verify=self.verify) as client:
+        async with httpx.AsyncClient(transport=self.transport, trust_env=False, follow_redirects=False,
+                                     verify=self.verify, timeout=None) as client:
             for _hop in range(limits.max_redirects + 1):
                 if current.scheme not in ("http", "https"):
                     raise _refuse(index, f"only http and https URLs are fetched, not {current.scheme!r}")
@@ -235,23 +299,14 @@ class MediaFetcher:
                 if not host:
                     raise _refuse(index, "URL has no host")
                 port = current.port or (443 if current.scheme == "https" else 80)
-                ip = self.check_host(host, port, index=index)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise self._too_slow(index)
+                ip = await self._acheck_host(host, port, index=index)
                 target = current.copy_with(host=str(ip))
-                extensions: dict[str, Any] = {"timeout": httpx.Timeout(remaining).as_dict()}
+                extensions: dict[str, Any] = {}
                 if current.scheme == "https":
                     extensions["sni_hostname"] = host
                 headers = {"Host": current.netloc.decode("ascii"), "Accept-Encoding": "identity",
                            "User-Agent": "tessera-media/1"}
-                try:
-                    fetched = self._get(client, target, headers, extensions, deadline=deadline, index=index,
-                                        accepted=accepted)
-                except httpx.TimeoutException:
-                    raise self._too_slow(index) from None
-                except httpx.HTTPError as exc:
-                    raise _refuse(index, f"could not fetch the URL ({type(exc).__name__}: {exc})") from None
+                fetched = await self._get(client, target, headers, extensions, index=index, accepted=accepted)
                 if isinstance(fetched, Fetched):
                     return fetched
                 try:
@@ -260,17 +315,25 @@ class MediaFetcher:
                     raise _refuse(index, f"invalid redirect location ({exc})") from None
         raise _refuse(index, f"more than {limits.max_redirects} redirects")
 
-    def _too_slow(self, index: int) -> InvalidInput:
+    async def _acheck_host(self, host: str, port: int, *, index: int) -> IPAddress:
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:  # a name: the resolver may block, so it runs off the loop (still under the timeout)
+            return await asyncio.to_thread(self.check_host, host, port, index=index)
+        return self.check_host(host, port, index=index)
+
+    def _too_slow(self, index: int) -> InvalidInput | Timeout:
+        """The fetch limit (the URL's fault: 400) or the request's own deadline (504, like any deadline)."""
         if self.deadline is not None and time.monotonic() >= self.deadline - 0.01:
-            return _refuse(index, "the request's deadline passed while fetching media")
+            return Timeout(f"the request's deadline passed while fetching {_where(index)}")
         return _refuse(index, f"fetching took longer than {self.limits.fetch_timeout_s:g}s")
 
-    def _get(self, client, target, headers, extensions, *, deadline: float, index: int,
-             accepted: frozenset[str]) -> Fetched | str:
+    async def _get(self, client, target, headers, extensions, *, index: int,
+                   accepted: frozenset[str]) -> Fetched | str:
         """One hop: a ``Fetched`` body, or the redirect ``Location`` to check next."""
         limits = self.limits
         request = client.build_request("GET", target, headers=headers, extensions=extensions)
-        response = client.send(request, stream=True)
+        response = await client.send(request, stream=True)
         try:
             if response.status_code in _REDIRECTS:
                 location = response.headers.get("location")
@@ -286,28 +349,52 @@ class MediaFetcher:
             if declared is not None and declared.isdigit() and int(declared) > limits.max_bytes:
                 raise _refuse(index, f"media exceeds {limits.max_bytes} bytes ({declared} declared)")
             body = bytearray()
-            for chunk in response.iter_bytes():  # as the network delivers (a chunk_size would buffer)
+            async for chunk in response.aiter_bytes():  # as the network delivers (a chunk_size would buffer)
                 body += chunk
                 if len(body) > limits.max_bytes:
                     raise _refuse(index, f"media exceeds {limits.max_bytes} bytes")
-                if time.monotonic() > deadline:
-                    raise self._too_slow(index)
             return Fetched(bytes(body), ctype)
         finally:
-            response.close()
+            await response.aclose()
 
     # decoding ----------------------------------------------------------------------------------
     def image(self, ref: Any, *, index: int):
-        """An RGB ``PIL.Image`` (EXIF orientation applied; alpha composed over white)."""
-        return decode_image(self.load(ref, index=index, accepted=IMAGE_TYPES), self.limits, index=index)
+        """An RGB ``PIL.Image`` (EXIF orientation applied; alpha composed over white). Its pixels count
+        toward the request's budget (``max_request_pixels``), checked from the header before decoding."""
+        self.check_deadline(index)
+        data = self.load(ref, index=index, accepted=IMAGE_TYPES)
+        return decode_image(data, self.limits, index=index, charge=self._charge_pixels)
 
     def audio(self, ref: Any, *, index: int, sampling_rate: int) -> np.ndarray:
-        """Mono float32 samples at ``sampling_rate``."""
+        """Mono float32 samples at ``sampling_rate``; their duration counts toward the request's budget
+        (``max_request_audio_seconds``), checked from the header before decoding."""
+        self.check_deadline(index)
         data = self.load(ref, index=index, accepted=AUDIO_TYPES)
-        return decode_audio(data, self.limits, index=index, sampling_rate=sampling_rate)
+        return decode_audio(data, self.limits, index=index, sampling_rate=sampling_rate, charge=self._charge_audio)
+
+    def check_deadline(self, index: int) -> None:
+        """Work for a request whose deadline passed stops at the next item."""
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise Timeout(f"the request's deadline passed while preparing {_where(index)}")
+
+    def _charge_pixels(self, pixels: int, index: int) -> None:
+        budget = self.limits.max_request_pixels
+        if self._pixels + pixels > budget:
+            raise TooLarge(f"{_where(index)}: the request's images hold more than {budget} pixels in all "
+                           f"(media_max_request_pixels); send fewer or smaller images per request",
+                           param="input", code="media_budget_exceeded")
+        self._pixels += pixels
+
+    def _charge_audio(self, seconds: float, index: int) -> None:
+        budget = self.limits.max_request_audio_seconds
+        if self._audio_seconds + seconds > budget:
+            raise TooLarge(f"{_where(index)}: the request's audio lasts more than {budget:g}s in all "
+                           f"(media_max_request_audio_seconds); send fewer or shorter clips per request",
+                           param="input", code="media_budget_exceeded")
+        self._audio_seconds += seconds
 
 
-def decode_image(data: bytes, limits: MediaLimits, *, index: int):
+def decode_image(data: bytes, limits: MediaLimits, *, index: int, charge: Callable[[int, int], None] | None = None):
     Image = require("PIL.Image", "media")
     ImageOps = require("PIL.ImageOps", "media")
     try:
@@ -315,6 +402,8 @@ def decode_image(data: bytes, limits: MediaLimits, *, index: int):
         width, height = image.size
         if width * height > limits.max_pixels:
             raise _refuse(index, f"image has {width}x{height} pixels; the limit is {limits.max_pixels}")
+        if charge is not None:
+            charge(width * height, index)
         image.load()
         image = ImageOps.exif_transpose(image)
     except Image.DecompressionBombError:
@@ -328,15 +417,21 @@ def decode_image(data: bytes, limits: MediaLimits, *, index: int):
     return image.convert("RGB")
 
 
-def decode_audio(data: bytes, limits: MediaLimits, *, index: int, sampling_rate: int) -> np.ndarray:
+def decode_audio(data: bytes, limits: MediaLimits, *, index: int, sampling_rate: int,
+                 charge: Callable[[float, int], None] | None = None) -> np.ndarray:
     sf = require("soundfile", "media")
     try:
         info = sf.info(io.BytesIO(data))
         if info.samplerate <= 0 or info.frames <= 0:
             raise _refuse(index, "the audio is empty")
+        if not MIN_SAMPLE_RATE <= info.samplerate <= MAX_SAMPLE_RATE:
+            raise _refuse(index, f"the audio's sample rate {info.samplerate} Hz is implausible; "
+                                 f"accepted: {MIN_SAMPLE_RATE}..{MAX_SAMPLE_RATE} Hz")
         seconds = info.frames / info.samplerate
         if seconds > limits.max_audio_seconds:
             raise _refuse(index, f"audio lasts {seconds:.1f}s; the limit is {limits.max_audio_seconds:g}s")
+        if charge is not None:
+            charge(seconds, index)
         samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
         raise _refuse(index, f"cannot decode the audio ({exc})") from None
@@ -356,7 +451,11 @@ def resample(samples: np.ndarray, rate: int, target: int) -> np.ndarray:
         n = int(round(samples.shape[0] * target / rate))
         positions = np.arange(n, dtype=np.float64) * rate / target
         return np.interp(positions, np.arange(samples.shape[0]), samples).astype(np.float32)
-    from math import gcd
+    from fractions import Fraction
 
-    g = gcd(rate, target)
-    return resample_poly(samples, target // g, rate // g).astype(np.float32)
+    # polyphase cost grows with the reduced up/down factors (1,000,003 Hz → 48 kHz would need a filter of
+    # millions of taps): odd rates use the nearest ratio with small factors (an error under 0.03%)
+    ratio = Fraction(target, rate)
+    if max(ratio.numerator, ratio.denominator) > MAX_RESAMPLE_FACTOR:
+        ratio = ratio.limit_denominator(MAX_RESAMPLE_FACTOR)
+    return resample_poly(samples, ratio.numerator, ratio.denominator).astype(np.float32)

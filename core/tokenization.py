@@ -26,6 +26,31 @@ class Encoded:
         return int(self.ids.shape[0])
 
 
+def unencodable(texts: Sequence[str], param: str = "input") -> InvalidInput | None:
+    """The error for the first text that is not valid Unicode (a lone surrogate such as JSON's
+    ``"\\ud800"``, which no tokenizer can encode), or None."""
+    for i, text in enumerate(texts):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return InvalidInput(
+                f"{param}[{i}] is not valid Unicode text: {exc.reason} at character {exc.start}",
+                param=param, code="invalid_text",
+            )
+    return None
+
+
+def _guarded(encode, texts: Sequence[str], param: str, **kwargs):
+    """Run a tokenizer call; if it refuses a text as not a string (a lone surrogate), say which (400)."""
+    try:
+        return encode(texts, **kwargs)
+    except TypeError:
+        error = unencodable(texts, param)
+        if error is None:
+            raise
+        raise error from None
+
+
 class TextTokenizer:
     def __init__(self, folder: Path, max_length: int):
         from tokenizers import Tokenizer
@@ -56,13 +81,15 @@ class TextTokenizer:
                 return tid
         return 0
 
-    def encode(self, texts: Sequence[str], *, truncate: bool = True) -> list[Encoded]:
-        """Tokenize texts (with the model's special tokens). ``truncate=False`` refuses over-long input."""
+    def encode(self, texts: Sequence[str], *, truncate: bool = True, check_length: bool = True,
+               param: str = "input") -> list[Encoded]:
+        """Tokenize texts (with the model's special tokens). ``truncate=False`` refuses over-long input
+        (unless ``check_length=False``: then it is returned whole)."""
         if truncate:
-            encodings = self._truncating.encode_batch(list(texts))
+            encodings = _guarded(self._truncating.encode_batch, list(texts), param)
         else:
-            encodings = self._full.encode_batch(list(texts))
-            for i, enc in enumerate(encodings):
+            encodings = _guarded(self._full.encode_batch, list(texts), param)
+            for i, enc in enumerate(encodings if check_length else ()):
                 if len(enc.ids) > self.max_length:
                     raise TooLarge(
                         f"input[{i}] has {len(enc.ids)} tokens, more than the model's maximum of "
@@ -78,7 +105,11 @@ class TextTokenizer:
         """Token-id input, taken as the complete model input (special tokens included, as /v1/tokenize returns)."""
         out = []
         for i, seq in enumerate(sequences):
-            ids = np.asarray(seq, dtype=np.int64)
+            try:
+                ids = np.asarray(seq, dtype=np.int64)
+            except (OverflowError, TypeError, ValueError):  # an id beyond int64, a float, a nested list
+                raise InvalidInput(f"input[{i}]: token ids must be integers in [0, {self.vocab_size})",
+                                   param="input", code="invalid_token_id") from None
             if ids.ndim != 1 or ids.size == 0:
                 raise InvalidInput(f"input[{i}]: token ids must be a non-empty list of integers", param="input")
             if ids.min() < 0 or ids.max() >= self.vocab_size:
@@ -97,7 +128,7 @@ class TextTokenizer:
 
     def pieces(self, texts: Sequence[str], *, add_special_tokens: bool = True) -> list[list[Piece]]:
         """Untruncated tokens with their ids, character offsets and special flags (``/v1/tokenize``)."""
-        encodings = self._full.encode_batch(list(texts), add_special_tokens=add_special_tokens)
+        encodings = _guarded(self._full.encode_batch, list(texts), "input", add_special_tokens=add_special_tokens)
         return [
             [Piece(i, t, bool(s), a, b) for i, t, s, (a, b) in zip(e.ids, e.tokens, e.special_tokens_mask, e.offsets)]
             for e in encodings
@@ -106,7 +137,7 @@ class TextTokenizer:
     def prompt_length(self, prompt: str) -> int:
         """Tokens a prompt occupies at the start of ``prompt + text``, as sentence-transformers counts them:
         the prompt tokenized alone with special tokens, less a trailing special token."""
-        enc = self._full.encode(prompt)
+        enc = _guarded(self._full.encode_batch, [prompt], "prompt")[0]
         n = len(enc.ids)
         if n and enc.special_tokens_mask[-1]:
             n -= 1
@@ -122,8 +153,9 @@ class TextTokenizer:
             return []
         specials = self._full.num_special_tokens_to_add(True)
         budget = self.max_length - specials
-        firsts = self._full.encode_batch([q for q, _ in pairs], add_special_tokens=False)
-        seconds = self._full.encode_batch([d for _, d in pairs], add_special_tokens=False)
+        bounded = {q: self._bounded_first(q, budget, truncate) for q in dict.fromkeys(q for q, _ in pairs)}
+        firsts = self._full.encode_batch([bounded[q] for q, _ in pairs], add_special_tokens=False)
+        seconds = _guarded(self._full.encode_batch, [d for _, d in pairs], "documents", add_special_tokens=False)
         out = []
         for i, (a, b) in enumerate(zip(firsts, seconds)):
             if max_second is not None and len(b.ids) > max_second:
@@ -144,6 +176,20 @@ class TextTokenizer:
             enc = self._full.post_process(a, b, add_special_tokens=True)
             out.append(Encoded(np.asarray(enc.ids, dtype=np.int64), np.asarray(enc.type_ids, dtype=np.int64)))
         return out
+
+    def _bounded_first(self, text: str, budget: int, truncate: bool) -> str:
+        """A pair's first text (the query, shared by every document) cut once to what any pair can keep,
+        before pairing: a long query is tokenized once, not once per document, and no pair holds more
+        than the model's length of it."""
+        enc = _guarded(self._full.encode_batch, [text], "query", add_special_tokens=False)[0]
+        if len(enc.ids) <= budget:
+            return text
+        if not truncate:
+            raise TooLarge(
+                f"the query has {len(enc.ids)} tokens, more than the model's maximum of {self.max_length}; "
+                "send a shorter query or set truncate=true", param="query", code="input_too_long",
+            )
+        return text[: enc.offsets[budget - 1][1]]
 
     def id_to_token(self, token_id: int) -> str | None:
         return self._full.id_to_token(int(token_id))

@@ -8,10 +8,13 @@
 Run from anywhere; the build context is the repository root. Each image is tagged
 ``[REGISTRY/]REPOSITORY:TAG`` where TAG is the variant (arm64, x86_64, cuda, neuron), with
 ``-VERSION`` appended when --version is given. ``--dry-run`` prints the docker commands only.
+By default every image is built that needs no extra argument; sagemaker-neuron needs
+``--neuron-base-image`` and is skipped (saying so) without it, unless named in ``--only``.
 ``--push`` needs ``docker login`` to the registry first:
 ``aws ecr get-login-password | docker login --username AWS --password-stdin REGISTRY``.
-Lambda images are built with ``--provenance=false``: Lambda rejects the image index that BuildKit's
-provenance attestation produces.
+Every image is built with ``--provenance=false``: BuildKit's provenance attestation turns the image
+into an OCI image index, which Lambda rejects and SageMaker ``CreateModel`` does not accept (it takes
+Docker image manifest V2, schema 2); ``--load`` then ``docker push`` keeps the Docker media types.
 """
 
 from __future__ import annotations
@@ -43,9 +46,27 @@ IMAGES = {
                           {"ARCH": "arm64"}, ("--provenance=false",)),
     "lambda-x86_64": Image("tessera-lambda", "x86_64", "adapters/lambda/Dockerfile", "linux/amd64",
                            {"ARCH": "x86_64"}, ("--provenance=false",)),
-    "sagemaker-cuda": Image("tessera-sagemaker", "cuda", "adapters/sagemaker/Dockerfile.cuda", "linux/amd64"),
-    "sagemaker-neuron": Image("tessera-sagemaker", "neuron", "adapters/sagemaker/Dockerfile.neuron", "linux/amd64"),
+    "sagemaker-cuda": Image("tessera-sagemaker", "cuda", "adapters/sagemaker/Dockerfile.cuda", "linux/amd64",
+                            extra=("--provenance=false",)),
+    "sagemaker-neuron": Image("tessera-sagemaker", "neuron", "adapters/sagemaker/Dockerfile.neuron", "linux/amd64",
+                              extra=("--provenance=false",)),
 }
+#: what an image needs beyond the defaults: (the argument, what to pass)
+NEEDS = {"sagemaker-neuron": ("neuron_base_image", "--neuron-base-image <an AWS pytorch-inference-neuronx DLC with "
+                                                  "Python >= 3.11>")}
+
+
+def default_images(*, neuron_base_image: str | None) -> tuple[list[str], list[str]]:
+    """(the images to build when --only is not given, a line per skipped image saying what it needs)."""
+    given = {"neuron_base_image": neuron_base_image}
+    chosen, skipped = [], []
+    for name in IMAGES:
+        need = NEEDS.get(name)
+        if need and not given[need[0]]:
+            skipped.append(f"skipped {name}: it needs {need[1]}")
+        else:
+            chosen.append(name)
+    return chosen, skipped
 
 
 def reference(image: Image, registry: str | None, version: str | None) -> str:
@@ -82,7 +103,7 @@ def commands(names: list[str], *, registry: str | None = None, version: str | No
 
 def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default=",".join(IMAGES), help="comma-separated images (default: all four)")
+    parser.add_argument("--only", help="comma-separated images (default: every image whose arguments are given)")
     parser.add_argument("--registry", help="e.g. 123456789012.dkr.ecr.us-east-1.amazonaws.com")
     parser.add_argument("--version", help="appended to each tag: arm64-VERSION")
     parser.add_argument("--push", action="store_true")
@@ -91,8 +112,14 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     args = parser.parse_args(argv)
     if args.push and not args.registry:
         parser.error("--push needs --registry")
+    if args.only:
+        names, skipped = [n.strip() for n in args.only.split(",") if n.strip()], []
+    else:
+        names, skipped = default_images(neuron_base_image=args.neuron_base_image)
+    for line in skipped:
+        print(line, file=sys.stderr)
     try:
-        todo = commands([n.strip() for n in args.only.split(",") if n.strip()], registry=args.registry,
+        todo = commands(names, registry=args.registry,
                         version=args.version, push=args.push, neuron_base_image=args.neuron_base_image)
     except ValueError as exc:
         parser.error(str(exc))

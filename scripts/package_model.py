@@ -10,8 +10,10 @@ and ``neuron/`` artifacts of scripts/export_onnx.py, convert_ct2.py and compile_
 unpacks it into ``/opt/ml/model``, which ``adapters/sagemaker/models.py`` reads. ``--config`` adds a
 ``tessera.yaml`` at the top (its relative model paths are relative to /opt/ml/model).
 
-``--s3`` uploads with boto3's ``upload_file`` (multipart for large files), printing progress; the
-tarball goes to ``PREFIX/model.tar.gz``. ``--dry-run`` builds nothing remote: it prints the S3 call.
+Packing prints its progress (bytes read, on stderr); ``--s3`` uploads with boto3's ``upload_file``
+(multipart for large files), printing progress; the tarball goes to ``PREFIX/model.tar.gz``.
+``--dry-run`` writes nothing and calls nothing: it lists what the tarball would hold (files, bytes
+before compression) and prints the S3 call.
 Needs the [sagemaker] extra (boto3) for the upload only.
 """
 
@@ -47,21 +49,56 @@ def model_names(folders: list[Path], name: str | None) -> list[str]:
     return names
 
 
-def build_tarball(folders: Iterable[Path], output: Path, *, name: str | None = None,
-                  config: Path | None = None) -> Path:
-    """Write ``output`` (gzip tar): ``NAME/...`` per model folder, plus ``tessera.yaml`` if given."""
+def plan(folders: Iterable[Path], *, name: str | None = None, config: Path | None = None) -> list[tuple[Path, str]]:
+    """Every entry the tarball will hold, in order: (path on disk, name in the tarball). Checks the inputs."""
     folders = [Path(f) for f in folders]
     for folder in folders:
         if not (folder / "config.json").is_file():
             raise ValueError(f"{folder} is not a model folder (no config.json)")
     if config is not None and config.name not in CONFIG_NAMES:
         raise ValueError(f"the settings file must be named one of {CONFIG_NAMES}, not {config.name}")
+    entries: list[tuple[Path, str]] = []
+    for folder, arcname in zip(folders, model_names(folders, name)):
+        entries.append((folder, arcname))
+        for path in sorted(folder.rglob("*")):
+            relative = path.relative_to(folder)
+            if not any(part in SKIP_NAMES for part in relative.parts):
+                entries.append((path, f"{arcname}/{relative.as_posix()}"))
+    if config is not None:
+        entries.append((config, config.name))
+    return entries
+
+
+def plan_size(entries: list[tuple[Path, str]]) -> int:
+    return sum(path.stat().st_size for path, _ in entries if path.is_file() and not path.is_symlink())
+
+
+class _Reading:
+    """A file object that reports the bytes read from it (tarfile reads in chunks)."""
+
+    def __init__(self, handle, callback: Callable[[int], None]) -> None:
+        self.handle, self.callback = handle, callback
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.handle.read(size)
+        self.callback(len(data))
+        return data
+
+
+def build_tarball(folders: Iterable[Path], output: Path, *, name: str | None = None,
+                  config: Path | None = None, progress: Callable[[int], None] | None = None) -> Path:
+    """Write ``output`` (gzip tar): ``NAME/...`` per model folder, plus ``tessera.yaml`` if given;
+    ``progress`` is called with the bytes read as they are packed."""
+    entries = plan(folders, name=name, config=config)
     output.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(output, "w:gz", compresslevel=6) as tar:
-        for folder, arcname in zip(folders, model_names(folders, name)):
-            tar.add(folder, arcname=arcname, filter=_filter)
-        if config is not None:
-            tar.add(config, arcname=config.name, filter=_filter)
+        for path, arcname in entries:
+            info = _filter(tar.gettarinfo(str(path), arcname=arcname))
+            if info.isfile():
+                with open(path, "rb") as handle:
+                    tar.addfile(info, _Reading(handle, progress) if progress else handle)
+            else:
+                tar.addfile(info)
     return output
 
 
@@ -80,8 +117,8 @@ def split_s3_url(url: str) -> tuple[str, str]:
 class Progress:
     """boto3 transfer callback: prints the percentage uploaded, at most once per whole percent."""
 
-    def __init__(self, total: int, out: TextIO = sys.stderr, label: str = "upload") -> None:
-        self.total, self.out, self.label = max(total, 1), out, label
+    def __init__(self, total: int, out: TextIO | None = None, label: str = "upload") -> None:
+        self.total, self.out, self.label = max(total, 1), out or sys.stderr, label
         self.seen = 0
         self.last = -1
         self._lock = threading.Lock()  # s3transfer calls back from its worker threads
@@ -119,14 +156,20 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     args = parser.parse_args(argv)
     try:
         bucket, key = split_s3_url(args.s3) if args.s3 else (None, None)
-        tarball = build_tarball(args.models, args.output, name=args.name, config=args.config)
+        entries = plan(args.models, name=args.name, config=args.config)
     except ValueError as exc:
         parser.error(str(exc))
+    total = plan_size(entries)
+    if args.dry_run:
+        files = sum(1 for path, _ in entries if not path.is_dir())
+        print(f"would write {args.output} ({files} files, {total / 1e6:.1f} MB before compression)", file=out)
+        if bucket is not None:
+            print(f"s3.upload_file(Filename={str(args.output)!r}, Bucket={bucket!r}, Key={key!r})", file=out)
+        return 0
+    tarball = build_tarball(args.models, args.output, name=args.name, config=args.config,
+                            progress=Progress(total, label=f"packing {args.output}"))
     print(f"wrote {tarball} ({tarball.stat().st_size / 1e6:.1f} MB)", file=out)
     if bucket is None:
-        return 0
-    if args.dry_run:
-        print(f"s3.upload_file(Filename={str(tarball)!r}, Bucket={bucket!r}, Key={key!r})", file=out)
         return 0
     import boto3  # the [sagemaker] extra
 

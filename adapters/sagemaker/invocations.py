@@ -12,11 +12,21 @@ without a change.
 - Model: the body's ``model``, else ``model=NAME`` in the custom attributes.
 - ``Content-Type``: JSON (415 otherwise). ``Accept``: JSON, or ``application/x-npy`` for embeddings:
   a float32 ``(n, d)`` array in NumPy's ``.npy`` format (406 for anything else).
-- ``/ping`` answers as ``/ready`` does: 200 once every model is loaded and healthy, 503 before.
+- ``Content-Type: application/jsonlines`` (Batch Transform's ``SplitType=Line``, ``MultiRecord``): one
+  request per line, answered as one JSON line per record, in order; a failed record answers its error
+  object on its own line (adapters/sagemaker/jsonlines.py).
+- Response size: an answer over ``max_response_bytes`` (SageMaker's real-time limit, 6 MB, by default;
+  0 turns the guard off, as a Batch Transform job may) is replaced by a 413 in the error shape, which
+  names the ways out (fewer inputs, ``application/x-npy``, base64, Batch Transform), instead of the
+  opaque failure SageMaker would hand the caller.
+- ``/ping`` answers as ``/ready`` does: 200 once every model is loaded and healthy, 503 when not.
+- ``GET /execution-parameters`` (asked by Batch Transform when the job leaves them unset): MultiRecord,
+  payload size within the request limit.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 from typing import Any
@@ -26,7 +36,9 @@ import orjson
 from fastapi import APIRouter, FastAPI, Request
 from starlette.responses import Response
 
-from core.errors import InvalidInput, NotFound, TesseraError
+from adapters.sagemaker.jsonlines import (DEFAULT_CONCURRENCY, JSONLINES, JSONLINES_TYPES, assemble, run_records,
+                                          split_records)
+from core.errors import InvalidInput, NotFound, TesseraError, TooLarge
 from core.tasks.base import AUXILIARY_CAPABILITIES
 
 CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
@@ -34,7 +46,9 @@ JSON = "application/json"
 NPY = "application/x-npy"
 #: routes whose JSON answer can be re-encoded as one (n, d) float32 array
 NPY_ROUTES = frozenset({"embeddings"})
-_JSON_TYPES = frozenset({JSON, "text/json", "application/jsonlines"})
+_JSON_TYPES = frozenset({JSON, "text/json"}) | JSONLINES_TYPES
+#: SageMaker's limit on a real-time endpoint's response (InvokeEndpoint): 6 MB
+SAGEMAKER_MAX_RESPONSE_BYTES = 6 * 1024 * 1024
 _ANY = frozenset({"*/*", "application/*"})
 
 
@@ -101,10 +115,17 @@ def _decode_json(body: bytes) -> dict[str, Any]:
     return data
 
 
-async def forward(request: Request, method: str, path: str, body: bytes) -> tuple[int, list, bytes]:
-    """Run the request through the app's router at ``path``; return (status, headers, body)."""
+async def forward(request: Request, method: str, path: str, body: bytes, *,
+                  disconnected: asyncio.Event | None = None, json_body: bool = False) -> tuple[int, list, bytes]:
+    """Run the request through the app's router at ``path``; return (status, headers, body).
+    ``disconnected``: for several inner requests of one client request, set when the client leaves
+    (only one of them may read the client's own receive channel). ``json_body``: send the body as
+    ``application/json`` (a JSON Lines record is one JSON document)."""
     scope = {k: v for k, v in request.scope.items() if k not in ("route", "endpoint", "path_params")}
-    headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
+    dropped = (b"content-length", b"content-type") if json_body else (b"content-length",)
+    headers = [(k, v) for k, v in scope["headers"] if k not in dropped]
+    if json_body:
+        headers.append((b"content-type", JSON.encode()))
     headers.append((b"content-length", str(len(body)).encode()))
     scope.update(method=method, path=path, raw_path=path.encode(), headers=headers, query_string=b"")
     delivered = False
@@ -114,6 +135,9 @@ async def forward(request: Request, method: str, path: str, body: bytes) -> tupl
         if not delivered:
             delivered = True
             return {"type": "http.request", "body": body, "more_body": False}
+        if disconnected is not None:
+            await disconnected.wait()
+            return {"type": "http.disconnect"}
         return await request.receive()  # afterwards: the real client's disconnect
 
     status, out_headers, chunks = 500, [], []
@@ -146,8 +170,66 @@ def _from_inner(status: int, headers: list, body: bytes) -> Response:
     return Response(body, status_code=status, headers=kept)
 
 
-def build_router(default_route: str | None = None) -> APIRouter:
+def too_large(size: int, limit: int, route: str) -> TooLarge:
+    hint = "send fewer inputs per request"
+    if route in NPY_ROUTES:
+        hint += ", ask for Accept: application/x-npy or encoding_format \"base64\" (about 4x smaller)"
+    return TooLarge(f"the response would be {size} bytes, over SageMaker's {limit}-byte limit; {hint}, or embed "
+                    "large corpora with a Batch Transform job (docs/deploy.md)", code="response_too_large")
+
+
+def _record_error(exc: TesseraError) -> tuple[int, bytes]:
+    return exc.status, orjson.dumps(exc.body())
+
+
+def build_router(default_route: str | None = None, *, max_response_bytes: int = SAGEMAKER_MAX_RESPONSE_BYTES,
+                 record_concurrency: int = DEFAULT_CONCURRENCY) -> APIRouter:
     router = APIRouter()
+
+    async def json_lines(request: Request, attributes: dict[str, str], body: bytes) -> Response:
+        wanted_format(request.headers.get("accept"), "jsonlines")  # JSON (Lines) or */*; x-npy: 406
+        records = split_records(body)
+        if not records:
+            raise InvalidInput("the JSON Lines body holds no record", code="invalid_json")
+        routes = post_routes(request.app)
+        disconnected = asyncio.Event()
+
+        async def watch() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            disconnected.set()
+
+        async def run(record: bytes) -> tuple[int, bytes]:
+            try:
+                payload = _decode_json(record)
+                route = str(attributes.get("route") or payload.get("route") or default_route
+                            or _only_capability(request)).strip("/").removeprefix("v1/")
+                if route not in routes:
+                    raise NotFound(f"no route {route!r} for /invocations; routes: {sorted(routes)}", param="route")
+            except TesseraError as exc:
+                return _record_error(exc)
+            if "model" in attributes and not payload.get("model"):
+                payload["model"] = attributes["model"]
+            status, _, answer = await forward(request, "POST", routes[route], orjson.dumps(payload),
+                                              disconnected=disconnected, json_body=True)
+            return status, answer
+
+        watcher = asyncio.create_task(watch())
+        try:
+            lines, failed = await run_records(records, run, concurrency=record_concurrency)
+        finally:
+            watcher.cancel()
+        answer = assemble(lines)
+        if max_response_bytes and len(answer) > max_response_bytes:
+            raise too_large(len(answer), max_response_bytes, "jsonlines")
+        return Response(answer, media_type=JSONLINES,
+                         headers={"x-tessera-records": str(len(lines)), "x-tessera-failed-records": str(failed)})
+
+    @router.get("/execution-parameters", summary="Batch Transform: the container's preferred job parameters")
+    async def execution_parameters(request: Request) -> Response:
+        limit_mb = max(1, min(100, request.app.state.settings.max_request_bytes // (1024 * 1024)))
+        return Response(orjson.dumps({"MaxConcurrentTransforms": 2, "BatchStrategy": "MULTI_RECORD",
+                                      "MaxPayloadInMB": min(6, limit_mb)}), media_type=JSON)
 
     @router.get("/ping", summary="SageMaker health check: 200 when ready")
     async def ping(request: Request) -> Response:
@@ -158,6 +240,8 @@ def build_router(default_route: str | None = None) -> APIRouter:
         check_content_type(request.headers.get("content-type"))
         attributes = parse_custom_attributes(request.headers.get(CUSTOM_ATTRIBUTES))
         body = await request.body()
+        if (_media_types(request.headers.get("content-type")) or [""])[0] in JSONLINES_TYPES:
+            return await json_lines(request, attributes, body)
         payload: dict[str, Any] | None = None
         route = attributes.get("route")
         if not route:
@@ -178,7 +262,11 @@ def build_router(default_route: str | None = None) -> APIRouter:
         status, headers, answer = await forward(request, "POST", routes[route], body)
         if fmt == "npy" and status == 200:
             array, extra = embeddings_npy(answer)
+            if max_response_bytes and len(array) > max_response_bytes:
+                raise too_large(len(array), max_response_bytes, "npy")
             return Response(array, media_type=NPY, headers=extra)
+        if max_response_bytes and status == 200 and len(answer) > max_response_bytes:
+            raise too_large(len(answer), max_response_bytes, route)
         return _from_inner(status, headers, answer)
 
     return router
@@ -198,7 +286,11 @@ def _only_capability(request: Request) -> str:
     return next(iter(capabilities))
 
 
-def install(app: FastAPI, *, default_route: str | None = None) -> FastAPI:
-    """Add ``/ping`` and ``/invocations`` to ``app`` (built by ``core.api.app.create_app``)."""
-    app.include_router(build_router(default_route))
+def install(app: FastAPI, *, default_route: str | None = None,
+            max_response_bytes: int = SAGEMAKER_MAX_RESPONSE_BYTES,
+            record_concurrency: int = DEFAULT_CONCURRENCY) -> FastAPI:
+    """Add ``/ping``, ``/invocations`` and ``/execution-parameters`` to ``app`` (built by
+    ``core.api.app.create_app``). ``max_response_bytes``: 0 = no response-size guard."""
+    app.include_router(build_router(default_route, max_response_bytes=max_response_bytes,
+                                    record_concurrency=record_concurrency))
     return app

@@ -19,6 +19,8 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.api.encode import dumps
+from core.api.admission import BodyReader, Drainer, InProgress
+from core.api.guard import UnhandledErrors
 from core.api.routes import router
 from core.config import Settings
 from core.engine import Registry
@@ -59,6 +61,20 @@ def _validation_error(exc: RequestValidationError) -> TesseraError:
         f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}" for e in errors[:5]
     )
     return ValidationFailed(message or "request does not match the schema", param=param)
+
+
+def body_parse_error(cause: BaseException) -> InvalidInput:
+    """What FastAPI's JSON reading raised beyond a JSONDecodeError: bytes that are not UTF-8 (or a
+    compressed body), an integer past Python's digit limit, nesting past the recursion limit."""
+    if isinstance(cause, UnicodeDecodeError):
+        reason = f"it is not UTF-8 text ({cause.reason} at byte {cause.start}); send uncompressed UTF-8 JSON"
+    elif isinstance(cause, RecursionError):
+        reason = "it is nested too deeply"
+    elif isinstance(cause, ValueError) and "digits" in str(cause):
+        reason = "it holds an integer with thousands of digits"
+    else:
+        reason = str(cause)[:200]
+    return InvalidInput(f"request body is not valid JSON: {reason}", code="invalid_json")
 
 
 class Gate:
@@ -159,15 +175,18 @@ class Gate:
         return wrapped
 
 
-def drain_on_sigterm(state) -> Callable[[], None]:
-    """Chain a SIGTERM handler that marks the app draining (new work → 503) ahead of the server's own
-    (uvicorn's, which stops accepting connections and lets in-flight requests finish). Returns the undo."""
+def drain_on_sigterm(state, on_term: Callable[[], None] | None = None) -> Callable[[], None]:
+    """Chain a SIGTERM handler that marks the app draining (new work → 503) and calls ``on_term``, ahead of
+    the server's own (uvicorn's, which stops accepting connections and lets in-flight requests finish).
+    Returns the undo."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     previous = signal.getsignal(signal.SIGTERM)
 
     def handler(signum, frame):
         state.draining = True
+        if on_term is not None:
+            on_term()
         if callable(previous):
             previous(signum, frame)
         elif previous == signal.SIG_DFL:
@@ -186,19 +205,32 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
     """Build the app. With ``registry`` given (Lambda: built at init), the lifespan only starts batchers;
     otherwise the lifespan loads the models from ``settings`` in a worker thread."""
     metrics = metrics or Metrics()
+    in_progress = InProgress(retry_after_s=settings.retry_after_s)
+    grace = settings.shutdown_grace_s
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         if app.state.registry is None:
             app.state.registry = await asyncio.to_thread(Registry.from_settings, settings, metrics)
         await app.state.registry.start()
-        restore = drain_on_sigterm(app.state)
+        loop = asyncio.get_running_loop()
+        term_at: list[float] = []
+
+        def on_term() -> None:  # in the signal handler: schedule, do nothing else here
+            term_at.append(time.monotonic())
+            # answer what is unfinished just before the server's own grace ends (it would send plain 500s)
+            give_up_in = max(0.0, grace - min(1.0, grace / 10))
+            loop.call_soon_threadsafe(loop.call_later, give_up_in, in_progress.give_up)
+
+        restore = drain_on_sigterm(app.state, on_term)
         try:
             yield
         finally:
             app.state.draining = True
             restore()
-            await app.state.registry.stop(drain=True, timeout=settings.shutdown_grace_s)
+            # the grace counts from SIGTERM: what the connections used of it, the batchers do not get again
+            left = grace if not term_at else max(0.0, term_at[0] + grace - time.monotonic())
+            await app.state.registry.stop(drain=left > 0, timeout=left)
 
     app = FastAPI(
         title="Tessera",
@@ -226,6 +258,8 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         if isinstance(exc.__cause__, TesseraError):  # raised while FastAPI read the body (size limit)
             return error_response(exc.__cause__)
+        if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI could not parse the body
+            return error_response(body_parse_error(exc.__cause__))
         if exc.status_code == 404:
             return error_response(NotFound(f"no route {request.method} {request.url.path}"))
         if exc.status_code == 405:
@@ -234,11 +268,10 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
         err.status = exc.status_code
         return error_response(err)
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> Response:
-        # the last guard: a bug, not bad input. Logged with its traceback; the client gets the error shape.
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(TesseraError(f"internal error ({type(exc).__name__})"))
-
+    # the last guard (a bug, not bad input) answers inside Starlette's, which would drop the connection
+    app.add_middleware(UnhandledErrors)
     app.add_middleware(Gate, settings=settings, metrics=metrics, state=app.state)
+    # outermost: a request takes an in-flight slot only once its whole body has arrived
+    app.add_middleware(BodyReader, max_bytes=settings.max_request_bytes, timeout_s=settings.request_body_timeout_s)
+    app.add_middleware(Drainer, in_progress=in_progress)
     return app

@@ -1,6 +1,8 @@
 """Wire schemas, in one place (as vLLM's ``protocol``): OpenAI-shaped requests and responses.
 
-Unknown request fields are ignored (peers' clients send extras); known fields are validated strictly.
+Unknown request fields are ignored (peers' clients send extras); known fields are validated strictly:
+no coercion (``"32"`` is not 32, ``true`` is not 1, ``"yes"`` is not a boolean), since a coerced value
+would silently change the answer.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="ignore", protected_namespaces=())
+    model_config = ConfigDict(extra="ignore", protected_namespaces=(), strict=True)
 
 
 EmbeddingInput = Union[str, list[str], list[int], list[list[int]]]

@@ -3,12 +3,23 @@ named outputs every backend returns for it. Tasks name a head; backends look it 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
 
+@functools.lru_cache(maxsize=None)
+def _takes_use_cache(cls: type) -> bool:
+    import inspect
+
+    return "use_cache" in inspect.signature(cls.forward).parameters
+
+
 def _hidden_states(model: Any, feeds: dict) -> dict:
-    return {"last_hidden_state": model(**feeds).last_hidden_state}
+    """Token vectors. Decoders (Qwen3/Qwen2 embedders) run without a key/value cache: one forward pass, and
+    the ONNX export of this call is the past-key-values-free graph."""
+    extra = {"use_cache": False} if _takes_use_cache(type(model)) else {}
+    return {"last_hidden_state": model(**feeds, **extra).last_hidden_state}
 
 
 def _pooled(out: Any) -> Any:

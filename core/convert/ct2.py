@@ -66,9 +66,9 @@ def convert_folder(src: Path, dst: Path, *, quantization: str | None = None, for
 @contextlib.contextmanager
 def _converter_view(src: Path, config: dict):
     """The folder the converter reads. transformers 5.x no longer writes ``position_embedding_type`` in
-    RoBERTa/XLM-R configs and CTranslate2's RoBERTa loader asserts it is "absolute": such a folder is
+    BERT/RoBERTa/XLM-R configs and CTranslate2's loaders read it (RoBERTa's asserts "absolute"): such a folder is
     presented through a temporary view (links to every file, config.json with the key added)."""
-    if config.get("model_type") not in ("roberta", "xlm-roberta") or "position_embedding_type" in config:
+    if config.get("model_type") not in ("bert", "roberta", "xlm-roberta") or "position_embedding_type" in config:
         yield src
         return
     with tempfile.TemporaryDirectory(prefix="tessera-ct2-") as tmp:

@@ -15,6 +15,7 @@ TASKS: dict[str, tuple[str, str]] = {
     "classify": ("core.tasks.classify", "ClassifyTask"),
     "sparse": ("core.tasks.sparse", "SparseTask"),
     "late_interaction": ("core.tasks.late_interaction", "LateInteractionTask"),
+    "multi_output": ("core.tasks.multi_output", "MultiOutputTask"),
 }
 
 

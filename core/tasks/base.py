@@ -44,6 +44,13 @@ class Task:
     #: what the model folder says (pooling, max length, config)
     info: ModelInfo
 
+    #: True: the engine awaits ``fetch_inputs`` on the event loop before ``prepare`` (media URLs); a flag,
+    #: so tasks without inputs to fetch cost no extra await on the hot path
+    fetches_inputs: ClassVar[bool] = False
+
+    async def fetch_inputs(self, request: Any) -> None:
+        """Fetch what ``prepare`` needs from the network (only called when ``fetches_inputs``)."""
+
     def prepare(self, request: Any) -> Sequence[Item]:
         raise NotImplementedError
 

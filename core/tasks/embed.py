@@ -8,9 +8,10 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from core.config import ModelSpec
-from core.errors import InvalidInput
-from core.loading import ModelInfo
+from core.errors import InvalidInput, TooLarge
+from core.loading import ModelInfo, read_embed_pipeline
 from core.tasks.base import INLINE_PREPARE_CHARS, TextTask
+from core.tasks.dense import DenseLayer
 from core.tasks.prompts import resolve_prompt
 from core.tokenization import Encoded
 
@@ -28,6 +29,8 @@ class EmbedRequest:
     prompt: str | None = None  # literal prompt text, prepended to each text
     prompt_name: str | None = None  # a named prompt of the model (config_sentence_transformers.json / spec)
     input_type: str | None = None  # "query" | "document" (late interaction encodes them differently)
+    #: what a multi-output model returns: "dense" (/v1/embeddings) or "sparse" (the sparse routes)
+    output: str = "dense"
 
 
 @dataclass(slots=True)
@@ -37,16 +40,19 @@ class EmbedResult:
     prompt_tokens: int
 
 
-def pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
-    """Pool token vectors (batch, seq, dim) under an attention mask, as sentence-transformers' Pooling."""
+def _pool_one(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
     m = mask[:, :, None].astype(hidden.dtype)
+    rows = np.arange(hidden.shape[0])
     if mode == "cls":  # the first pooled token (not position 0 when a prompt is left out of pooling)
-        return hidden[np.arange(hidden.shape[0]), mask.argmax(axis=1)]
-    if mode == "lasttoken":
-        last = mask.sum(axis=1).astype(np.int64) - 1
-        return hidden[np.arange(hidden.shape[0]), np.maximum(last, 0)]
+        return hidden[rows, mask.argmax(axis=1)]
+    if mode == "lasttoken":  # the last pooled token; none pooled: a zero vector, as sentence-transformers
+        last = hidden.shape[1] - 1 - mask[:, ::-1].argmax(axis=1)
+        return hidden[rows, last] * mask[rows, last][:, None].astype(hidden.dtype)
     if mode == "max":
         return np.where(m > 0, hidden, np.float32(-1e9)).max(axis=1)
+    if mode == "weightedmean":  # weights 1, 2, … by position from the first token (right padding)
+        w = m * np.arange(1, hidden.shape[1] + 1, dtype=hidden.dtype)[None, :, None]
+        return (hidden * w).sum(axis=1) / np.maximum(w.sum(axis=1), 1e-9)
     counts = np.maximum(m.sum(axis=1), 1e-9)
     summed = (hidden * m).sum(axis=1)
     if mode == "mean":
@@ -54,6 +60,15 @@ def pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
     if mode == "mean_sqrt_len_tokens":
         return summed / np.sqrt(counts)
     raise InvalidInput(f"unknown pooling mode {mode!r}")
+
+
+def pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
+    """Pool token vectors (batch, seq, dim) under an attention mask, as sentence-transformers' Pooling;
+    ``mode`` may join several modes with "+" (concatenated in that order)."""
+    modes = mode.split("+")
+    if len(modes) == 1:
+        return _pool_one(hidden, mask, mode)
+    return np.concatenate([_pool_one(hidden, mask, m) for m in modes], axis=-1)
 
 
 def l2_normalize(x: np.ndarray) -> np.ndarray:
@@ -70,11 +85,25 @@ class EmbedTask(TextTask):
     def __init__(self, info: ModelInfo, spec: ModelSpec):
         super().__init__(info, spec)
         self.spec = spec
+        #: Pooling mode, prompt handling, the Dense/Normalize steps after pooling, trailing Normalize
+        self.pipeline = read_embed_pipeline(info.folder, pooling=spec.pooling)
+        self.steps = [step if step == "normalize" else DenseLayer.load(step) for step in self.pipeline.steps]
+        width = (info.dimension or 0) * len(self.pipeline.pooling.split("+"))
+        for step in self.steps:
+            if isinstance(step, DenseLayer):
+                if width and step.in_features != width:
+                    raise InvalidInput(f"{info.folder}: a Dense module takes {step.in_features} features but "
+                                       f"receives {width} (pooling {self.pipeline.pooling!r})")
+                width = step.out_features
+        self.dimension = width or info.dimension
 
     # worker thread
     def prepare_inline(self, request: EmbedRequest) -> bool:
         texts = request.texts
-        return texts is not None and request.modality == "text" and sum(map(len, texts)) <= INLINE_PREPARE_CHARS
+        if texts is None or request.modality != "text":
+            return False
+        prompt_chars = len(request.prompt or "") * len(texts)  # the prompt is tokenized with every text
+        return sum(map(len, texts)) + prompt_chars <= INLINE_PREPARE_CHARS
 
     def prepare(self, request: EmbedRequest) -> list[Encoded]:
         if request.modality not in self.modalities:
@@ -82,9 +111,9 @@ class EmbedTask(TextTask):
                 f"modality {request.modality!r} is not served by this model; its modalities: {list(self.modalities)}",
                 param="modality",
             )
-        if request.dimensions is not None and self.info.dimension and request.dimensions > self.info.dimension:
+        if request.dimensions is not None and self.dimension and request.dimensions > self.dimension:
             raise InvalidInput(
-                f"dimensions={request.dimensions} exceeds the model's dimension {self.info.dimension}",
+                f"dimensions={request.dimensions} exceeds the model's dimension {self.dimension}",
                 param="dimensions",
             )
         prompt = resolve_prompt(self.info, self.spec, request.prompt, request.prompt_name)
@@ -94,12 +123,33 @@ class EmbedTask(TextTask):
             return self.tokenizer.from_ids(request.token_ids, truncate=request.truncate)
         if prompt is None:
             return self.tokenizer.encode(request.texts or [], truncate=request.truncate)
+        filled = self._prompt_fills_the_window(prompt, request)
+        if filled is not None:
+            return filled
         items = self.tokenizer.encode([prompt + t for t in request.texts or []], truncate=request.truncate)
-        if not self.info.include_prompt:
+        if not self.pipeline.include_prompt:
             skip = self.tokenizer.prompt_length(prompt)
             for item in items:
                 item.pool_from = min(skip, item.cost)
         return items
+
+    #: tokens past the model's length beyond which a prompt's tail cannot reach the truncated window
+    PROMPT_MARGIN = 16
+
+    def _prompt_fills_the_window(self, prompt: str, request: EmbedRequest) -> list[Encoded] | None:
+        """A prompt longer than the model's window is tokenized once, not once per text: truncated,
+        ``prompt + text`` is the prompt's own first tokens for every text (the texts never reach the
+        window), and untruncated it is refused once. None: the prompt leaves room for the texts."""
+        (alone,) = self.tokenizer.encode([prompt], truncate=False, check_length=False, param="prompt")
+        if alone.cost <= self.tokenizer.max_length + self.PROMPT_MARGIN:
+            return None
+        if not request.truncate:
+            raise TooLarge(f"the prompt alone has {alone.cost} tokens, more than the model's maximum of "
+                           f"{self.tokenizer.max_length}; send a shorter prompt or set truncate=true",
+                           param="prompt", code="input_too_long")
+        (window,) = self.tokenizer.encode([prompt], truncate=True, param="prompt")
+        pool_from = min(self.tokenizer.prompt_length(prompt), window.cost) if not self.pipeline.include_prompt else 0
+        return [Encoded(window.ids, window.type_ids, pool_from) for _ in request.texts or []]
 
     # inference thread
     def postprocess(self, outputs: Mapping[str, np.ndarray], items: Sequence[Encoded]) -> list[np.ndarray]:
@@ -109,12 +159,14 @@ class EmbedTask(TextTask):
         if any(it.pool_from for it in items):  # prompt tokens left out of pooling (include_prompt: false)
             starts = np.fromiter((it.pool_from for it in items), dtype=np.int64, count=len(items))
             mask &= (np.arange(hidden.shape[1])[None, :] >= starts[:, None]).astype(np.int64)
-        pooled = pool(hidden, mask, self.info.pooling).astype(np.float32, copy=False)
+        pooled = pool(hidden, mask, self.pipeline.pooling).astype(np.float32, copy=False)
+        for step in self.steps:  # Dense modules (and a Normalize between them), in module order
+            pooled = l2_normalize(pooled) if step == "normalize" else step(pooled)
         return list(pooled)
 
     def finish(self, request: EmbedRequest, items: Sequence[Encoded], results: list[np.ndarray]) -> EmbedResult:
-        vectors = np.stack(results) if results else np.zeros((0, self.info.dimension or 0), np.float32)
-        normalize = self.info.normalize if request.normalize is None else request.normalize
+        vectors = np.stack(results) if results else np.zeros((0, self.dimension or 0), np.float32)
+        normalize = self.pipeline.normalize if request.normalize is None else request.normalize
         if request.dimensions is not None:
             vectors = vectors[:, : request.dimensions]
         if normalize:
@@ -125,9 +177,10 @@ class EmbedTask(TextTask):
         return {
             "task": self.name,
             "capabilities": sorted(self.capabilities),
-            "dimension": self.info.dimension,
+            "dimension": self.dimension,
             "max_length": self.info.max_length,
-            "pooling": self.info.pooling,
-            "normalize": self.info.normalize,
+            "pooling": self.pipeline.pooling,
+            "dense": [[s.in_features, s.out_features] for s in self.steps if isinstance(s, DenseLayer)],
+            "normalize": self.pipeline.normalize,
             "prompts": sorted({**self.info.prompts, **self.spec.prompts}),
         }

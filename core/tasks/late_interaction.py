@@ -2,8 +2,9 @@
 
 Supported folder layout (PyLate / sentence-transformers): the encoder at the root (``config.json``,
 ``model.safetensors``, ``tokenizer.json``), ``modules.json`` listing a ``Dense`` module whose folder holds
-``config.json`` (``in_features``, ``out_features``, ``bias``, ``activation_function``: Identity) and
-``model.safetensors`` with ``linear.weight`` (and ``linear.bias``). ``config_sentence_transformers.json``
+``config.json`` (``in_features``, ``out_features``, ``bias``, ``activation_function``: any of
+``core/tasks/dense.py``) and ``model.safetensors`` (or ``pytorch_model.bin``) with ``linear.weight`` (and
+``linear.bias``); any number of them. Another module type fails the load, naming it. ``config_sentence_transformers.json``
 may set PyLate's ``query_prefix`` / ``document_prefix`` (a token inserted after the first special token),
 ``query_length`` / ``document_length``, ``do_query_expansion`` (pad queries with [MASK] to query_length,
 not attended, their vectors kept), ``skiplist_words`` (document tokens dropped; default: punctuation).
@@ -27,8 +28,9 @@ import numpy as np
 
 from core.config import ModelSpec
 from core.errors import InvalidInput, TooLarge
-from core.loading import ModelInfo
+from core.loading import DenseModule, ModelInfo
 from core.tasks.base import Task
+from core.tasks.dense import DenseLayer
 from core.tasks.embed import EmbedRequest, EmbedResult, l2_normalize
 from core.tasks.prompts import resolve_prompt
 from core.tasks.scoring import ScoreResult
@@ -56,42 +58,42 @@ class TokenItem:
         return int(self.ids.shape[0])
 
 
-@dataclass(frozen=True, slots=True)
-class Projection:
-    weight: np.ndarray  # (out, in)
-    bias: np.ndarray | None
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        y = x @ self.weight.T
-        return y + self.bias if self.bias is not None else y
-
-
 def _read(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def load_projections(folder: Path) -> list[Projection]:
-    """The Dense modules of a sentence-transformers/PyLate folder, in module order."""
+def load_projections(folder: Path) -> list[DenseLayer]:
+    """The Dense modules of a sentence-transformers/PyLate folder, in module order (any activation of
+    ``core/tasks/dense.py``). A module other than Transformer and Dense fails the load, naming it."""
+    from core.errors import Unsupported
+
     modules = json.loads((folder / "modules.json").read_text()) if (folder / "modules.json").exists() else []
-    out = []
-    for module in modules:
-        if not str(module.get("type", "")).endswith("Dense"):
+    out, pooled = [], False
+    for module in sorted(modules, key=lambda m: int(m.get("idx", 0))):
+        kind = str(module.get("type", ""))
+        name = kind.rsplit(".", 1)[-1]
+        where = f"{folder}: module {kind!r} ({module.get('path') or 'the folder root'})"
+        known = kind.split(".")[0] in ("sentence_transformers", "pylate")
+        # token vectors are the output: a Pooling is not used, a Normalize is what the task does anyway
+        if known and name in ("Transformer", "Pooling", "Normalize"):
+            pooled = pooled or name == "Pooling"
             continue
+        if not known or name != "Dense":
+            raise Unsupported(f"{where} is not implemented by Tessera's late_interaction task (it runs "
+                              "Transformer and Dense modules)")
+        if pooled:
+            raise Unsupported(f"{where}: a Dense after Pooling projects the pooled vector, not token vectors")
         sub = folder / module.get("path", "")
         cfg = _read(sub / "config.json")
-        act = str(cfg.get("activation_function", "torch.nn.modules.linear.Identity"))
-        if not act.endswith("Identity"):
-            raise InvalidInput(f"{sub}: Dense activation {act!r} is not supported (only Identity)")
-        weights = sub / "model.safetensors"
-        if not weights.exists():
-            raise InvalidInput(f"{sub}: Dense weights must be in model.safetensors (linear.weight)")
-        from safetensors.numpy import load_file
-
-        tensors = load_file(str(weights))
-        if "linear.weight" not in tensors:
-            raise InvalidInput(f"{weights}: no 'linear.weight' tensor (has {sorted(tensors)})")
-        out.append(Projection(tensors["linear.weight"].astype(np.float32),
-                              tensors["linear.bias"].astype(np.float32) if "linear.bias" in tensors else None))
+        try:
+            spec = DenseModule(folder=sub, in_features=int(cfg["in_features"]), out_features=int(cfg["out_features"]),
+                               bias=bool(cfg.get("bias", True)),
+                               # PyLate's Dense defaults to Identity
+                               activation=str(cfg.get("activation_function") or "torch.nn.modules.linear.Identity"),
+                               use_residual=bool(cfg.get("use_residual", False)))
+        except KeyError as exc:
+            raise InvalidInput(f"{sub}/config.json lacks {exc.args[0]!r}") from exc
+        out.append(DenseLayer.load(spec))
     return out
 
 
@@ -105,6 +107,7 @@ class LateInteractionTask(Task):
     name: ClassVar[str] = "late_interaction"
     head: ClassVar[str] = "encoder"
     capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings", "score", "tokenize"})
+    fetches_inputs: ClassVar[bool] = False
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
         self.info = info

@@ -1,8 +1,10 @@
 """Shared machinery of the multi-modal embedding tasks (CLIP, CLAP, ColPali).
 
-- ``prepare`` (worker thread) decodes media through :class:`core.media.MediaFetcher` and runs the
-  model's own ``transformers`` processor (tokenizer, image processor, feature extractor) one item at a
-  time, so an item's arrays never depend on what it is batched with. Each item's ``cost`` is what the
+- ``fetch_inputs`` (event loop) fetches a request's http(s) references at once, before it takes a
+  worker thread; ``prepare`` (worker thread) decodes media through :class:`core.media.MediaFetcher` and
+  runs the model's own ``transformers`` processor (tokenizer, image processor, feature extractor) one
+  item at a time — decode, preprocess, release — so a request holds one decoded image at a time, and
+  an item's arrays never depend on what it is batched with. Each item's ``cost`` is what the
   batcher budgets: text tokens, image patches (or a ColPali page's sequence length), audio frames.
 - Batches hold one modality: ``batch_group`` keys the batcher by the request's modality, so the text
   and image towers never share a backend call.
@@ -48,6 +50,8 @@ class MultiModalEmbedTask(Task):
     default_normalize: ClassVar[bool] = True
     #: audio models: the rate decoded audio is resampled to (from the feature extractor's config)
     sampling_rate: int = 0
+    #: the engine awaits ``fetch_inputs`` on the event loop before ``prepare``
+    fetches_inputs: ClassVar[bool] = True
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
         transformers = require("transformers", "torch")
@@ -92,15 +96,38 @@ class MultiModalEmbedTask(Task):
         if modality == "text":
             if request.token_ids is not None:
                 raise InvalidInput("token-id input is not supported by multi-modal models; send text", param="input")
-            return self.text_items(list(request.texts or []), truncate=request.truncate)
+            from core.tokenization import unencodable
+
+            texts = list(request.texts or [])
+            error = unencodable(texts)  # a lone surrogate: the processors' tokenizers raise TypeError on it
+            if error is not None:
+                raise error
+            return self.text_items(texts, truncate=request.truncate)
+        fetcher = self._fetcher(request)
+        items: list[MediaItem] = []
+        for i, ref in enumerate(request.inputs or []):  # decode → preprocess → release, one at a time
+            if modality == "image":
+                items.extend(self.image_items([fetcher.image(ref, index=i)]))
+            else:
+                items.extend(self.audio_items([fetcher.audio(ref, index=i, sampling_rate=self.sampling_rate)]))
+        return items
+
+    async def fetch_inputs(self, request: EmbedRequest) -> None:
+        """Event loop, before ``prepare``: fetch the request's URLs concurrently (no thread held)."""
+        if request.modality == "text" or request.modality not in self.modalities or not request.inputs:
+            return
+        from core.media import AUDIO_TYPES, IMAGE_TYPES
+
+        accepted = IMAGE_TYPES if request.modality == "image" else AUDIO_TYPES
+        await self._fetcher(request).prefetch(request.inputs, accepted=accepted)
+
+    @staticmethod
+    def _fetcher(request: EmbedRequest):
         from core.media import MediaFetcher
 
-        fetcher = request.media if request.media is not None else MediaFetcher()
-        refs = list(request.inputs or [])
-        if modality == "image":
-            return self.image_items([fetcher.image(ref, index=i) for i, ref in enumerate(refs)])
-        rate = self.sampling_rate
-        return self.audio_items([fetcher.audio(ref, index=i, sampling_rate=rate) for i, ref in enumerate(refs)])
+        if request.media is None:
+            request.media = MediaFetcher()
+        return request.media
 
     def tokenize(self, texts: Sequence[str], *, truncate: bool) -> list[list[int]]:
         out = []

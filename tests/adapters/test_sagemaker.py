@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import os
 import signal
 import threading
 import time
@@ -168,3 +169,168 @@ def test_client_request_shape_with_stubber(sagemaker_server):
             assert result.shape == (3, 384) and result.dtype == np.float32
         else:
             assert result["object"] == "list" and result["model"] == MODEL and len(result["data"]) == 3
+
+
+# --- Batch Transform: JSON Lines mini-batches (SplitType=Line, BatchStrategy=MultiRecord, AssembleWith=Line) --
+
+JSONL = "application/jsonlines"
+
+
+def test_json_lines_mini_batch_answers_one_line_per_record_in_order(sagemaker_server):
+    records = [
+        orjson.dumps({"input": THREE[0]}),
+        b'{"input": "broken record',                          # not JSON
+        orjson.dumps({"input": [THREE[1], THREE[2]]}),         # one record may carry several inputs
+        b"",                                                  # an empty line inside the body is a record too
+        orjson.dumps({"input": []}),                          # JSON, but invalid for the route
+        orjson.dumps({"input": THREE[2], "encoding_format": "float"}),
+        orjson.dumps({"input": "x", "route": "transcribe"}),  # a route that does not exist
+    ]
+    body = b"\n".join(records) + b"\n"  # SageMaker's splitter keeps the newline that ends each record
+    reply = _invoke(sagemaker_server, body, content_type=JSONL, accept=JSONL, attributes=None)
+    assert reply.status_code == 200, reply.text[:300]
+    assert reply.headers["content-type"].startswith(JSONL)
+    assert reply.content.endswith(b"\n")
+    lines = reply.content.split(b"\n")[:-1]
+    assert len(lines) == len(records)
+    answers = [orjson.loads(line) for line in lines]
+    assert reply.headers["x-tessera-records"] == "7" and reply.headers["x-tessera-failed-records"] == "4"
+    single = _invoke(sagemaker_server, {"input": THREE}).json()
+    reference = np.array([d["embedding"] for d in single["data"]])
+    got = [np.array([d["embedding"] for d in answers[i]["data"]]) for i in (0, 2, 5)]
+    np.testing.assert_allclose(got[0], reference[[0]], atol=1e-5)
+    np.testing.assert_allclose(got[1], reference[[1, 2]], atol=1e-5)
+    np.testing.assert_allclose(got[2], reference[[2]], atol=1e-5)
+    assert [d["index"] for d in answers[2]["data"]] == [0, 1]  # indexes are per record
+    assert answers[1]["error"]["code"] == "invalid_json" and answers[3]["error"]["code"] == "invalid_json"
+    assert answers[4]["error"]["code"] == "invalid_input"
+    assert answers[6]["error"]["param"] == "route" and "transcribe" in answers[6]["error"]["message"]
+    for broken in (1, 3, 4, 6):
+        assert set(answers[broken]["error"]) == {"message", "type", "param", "code"}
+
+
+def test_json_lines_route_and_model_from_the_attributes(sagemaker_server):
+    body = b"\n".join(orjson.dumps({"input": t}) for t in THREE)  # no newline after the last record
+    reply = _invoke(sagemaker_server, body, content_type=JSONL, attributes=f"route=embeddings,model={MODEL}")
+    lines = reply.content.splitlines()
+    assert reply.status_code == 200 and len(lines) == 3
+    assert all(orjson.loads(line)["model"] == MODEL for line in lines)
+    wrong = _invoke(sagemaker_server, body, content_type=JSONL, attributes="model=nope")
+    assert [orjson.loads(line)["error"]["code"] for line in wrong.content.splitlines()] == ["model_not_found"] * 3
+    npy = _invoke(sagemaker_server, body, content_type=JSONL, accept="application/x-npy")
+    assert npy.status_code == 406 and npy.json()["error"]["code"] == "not_acceptable"
+    empty = _invoke(sagemaker_server, b"", content_type=JSONL)
+    assert empty.status_code == 400 and empty.json()["error"]["code"] == "invalid_json"
+
+
+def test_json_lines_many_records_keep_their_order(sagemaker_server):
+    texts = [f"document number {i}: " + THREE[i % 3] for i in range(200)]
+    body = b"".join(orjson.dumps({"input": t}) + b"\r\n" for t in texts)  # CRLF files split the same way
+    reply = _invoke(sagemaker_server, body, content_type=JSONL, attributes="route=embeddings")
+    lines = reply.content.splitlines()
+    assert reply.status_code == 200 and len(lines) == 200
+    check = [0, 57, 199]
+    single = _invoke(sagemaker_server, {"input": [texts[i] for i in check]}).json()
+    for row, i in enumerate(check):
+        np.testing.assert_allclose(orjson.loads(lines[i])["data"][0]["embedding"],
+                                   single["data"][row]["embedding"], atol=1e-5)
+
+
+def test_execution_parameters_for_batch_transform(sagemaker_server):
+    reply = httpx.get(sagemaker_server + "/execution-parameters", timeout=5)
+    assert reply.status_code == 200
+    assert reply.json() == {"MaxConcurrentTransforms": 2, "BatchStrategy": "MULTI_RECORD", "MaxPayloadInMB": 6}
+
+
+# --- the CUDA image's start chain: entrypoint -> serve; /ping while loading; the response-size guard ------------
+
+def test_entrypoint_starts_serve_and_ping_while_loading(sagemaker_model_dir, tmp_path):
+    """`docker run IMAGE serve` on the CUDA image runs `entrypoint serve`: the entrypoint execs `serve` found on
+    PATH. Polled from the first moment: the port is closed while the models load (connection refused; never a
+    200 before the app is ready), then /ping answers 200."""
+    import subprocess
+    import sys
+
+    from tests.support.server import ROOT, free_port
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "serve").symlink_to(ROOT / "adapters/sagemaker/serve")
+    python3 = bin_dir / "python3"  # the image's python3 (the scripts' shebang): this environment's
+    python3.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    python3.chmod(0o755)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")}
+    env.update({"PATH": f"{bin_dir}:{env.get('PATH', '')}", "SM_MODEL_DIR": str(sagemaker_model_dir),
+                "SAGEMAKER_BIND_TO_PORT": str(port), "TESSERA_HOST": "127.0.0.1", "PYTHONUNBUFFERED": "1",
+                "TESSERA_CUDA_COMPAT_DIR": str(tmp_path / "no-compat"),
+                "TESSERA_SAGEMAKER_MAX_RESPONSE_BYTES": "20000"})
+    log = open(tmp_path / "serve.log", "w+")
+    proc = subprocess.Popen([str(ROOT / "adapters/sagemaker/entrypoint"), "serve"], env=env, cwd="/",
+                            stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                status = httpx.get(base + "/ping", timeout=2).status_code
+            except httpx.ConnectError:
+                seen.append("refused")
+            else:
+                seen.append(str(status))
+                if status == 200:
+                    break
+            time.sleep(0.02)
+        log.seek(0)
+        output = log.read()
+        assert seen and seen[-1] == "200", (seen[-5:], output[-2000:])
+        assert "refused" in seen and set(seen[:-1]) <= {"refused", "503"}, seen
+        assert "tessera entrypoint: no CUDA compat package" in output
+        # the response-size guard: 10 float vectors as JSON are ~80 kB, over the 20 kB set here
+        big = _invoke(base, {"input": THREE * 4, "encoding_format": "float"}, attributes="route=embeddings")
+        assert big.status_code == 413 and big.json()["error"]["code"] == "response_too_large"
+        assert "application/x-npy" in big.json()["error"]["message"]
+        small = _invoke(base, {"input": THREE[:1]}, attributes="route=embeddings")
+        assert small.status_code == 200
+        # the entrypoint replaced itself: the server is the process SageMaker started (SIGTERM reaches it)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def test_response_size_guard_defaults_to_sagemakers_limit():
+    from adapters.sagemaker.invocations import SAGEMAKER_MAX_RESPONSE_BYTES, build_router
+
+    assert SAGEMAKER_MAX_RESPONSE_BYTES == 6 * 1024 * 1024
+    import inspect
+
+    assert inspect.signature(build_router).parameters["max_response_bytes"].default == SAGEMAKER_MAX_RESPONSE_BYTES
+
+
+def test_json_lines_overloaded_records_are_retried_not_failed():
+    """A record refused with 429 (queue full) is tried again; the order and the other lines are unchanged;
+    a record that stays refused past the retry window answers its 429 error line in place."""
+    import asyncio
+
+    from adapters.sagemaker.jsonlines import run_records
+
+    refusals = {b"a": 2, b"b": 0, b"c": 10**6}
+    calls: list[bytes] = []
+
+    async def run(record: bytes):
+        calls.append(record)
+        if refusals[record] > 0:
+            refusals[record] -= 1
+            return 429, b'{"error": {"message": "queue full", "type": "server_error", "param": null, "code": "overloaded"}}'
+        return 200, orjson.dumps({"record": record.decode()})
+
+    lines, failed = asyncio.run(run_records([b"a", b"b", b"c"], run, concurrency=2, retry_for_s=0.3,
+                                            first_wait_s=0.01))
+    assert [orjson.loads(line) for line in lines[:2]] == [{"record": "a"}, {"record": "b"}]
+    assert orjson.loads(lines[2])["error"]["code"] == "overloaded" and failed == 1
+    assert calls.count(b"a") == 3 and calls.count(b"b") == 1 and calls.count(b"c") > 2

@@ -35,9 +35,9 @@ def test_dry_run_all_images_with_push(build):
         ["docker", "buildx", "build", "--platform", "linux/amd64", "-f", "adapters/lambda/Dockerfile",
          "--provenance=false", "--build-arg", "ARCH=x86_64", "-t", f"{registry}/tessera-lambda:x86_64-v3", "--load", "."],
         ["docker", "buildx", "build", "--platform", "linux/amd64", "-f", "adapters/sagemaker/Dockerfile.cuda",
-         "-t", f"{registry}/tessera-sagemaker:cuda-v3", "--load", "."],
+         "--provenance=false", "-t", f"{registry}/tessera-sagemaker:cuda-v3", "--load", "."],
         ["docker", "buildx", "build", "--platform", "linux/amd64", "-f", "adapters/sagemaker/Dockerfile.neuron",
-         "--build-arg", "BASE_IMAGE=dlc/pytorch-inference-neuronx:2.5-py311",
+         "--provenance=false", "--build-arg", "BASE_IMAGE=dlc/pytorch-inference-neuronx:2.5-py311",
          "-t", f"{registry}/tessera-sagemaker:neuron-v3", "--load", "."],
         ["docker", "push", f"{registry}/tessera-lambda:arm64-v3"],
         ["docker", "push", f"{registry}/tessera-lambda:x86_64-v3"],
@@ -58,7 +58,7 @@ def test_only_and_refusals(build, capsys):
     out = io.StringIO()
     assert build.main(["--dry-run", "--only", "lambda-x86_64"], out=out) == 0
     assert [c[-3] for c in commands(out.getvalue())] == ["tessera-lambda:x86_64"]
-    for argv, message in ((["--dry-run"], "needs --neuron-base-image"),
+    for argv, message in ((["--dry-run", "--only", "sagemaker-neuron"], "needs --neuron-base-image"),
                           (["--dry-run", "--only", "lambda-arm64", "--push"], "--push needs --registry"),
                           (["--dry-run", "--only", "gpu"], "unknown image")):
         with pytest.raises(SystemExit):
@@ -81,3 +81,21 @@ def test_lambda_image_export_step_parses():
     words = shlex.split(line.split("python scripts/export_onnx.py", 1)[1].rstrip("\\"))
     args = load_script("export_onnx").parse_args(words)
     assert args.int8 == ["fast"] and str(args.out_dir) == "/export/model" and not args.optimize
+
+
+def test_dry_run_without_arguments_builds_what_needs_none(build, capsys):
+    """Default: every image that needs no extra argument; the Neuron one is skipped with what it needs."""
+    out = io.StringIO()
+    assert build.main(["--dry-run"], out=out) == 0
+    built = [c[c.index("-t") + 1] for c in commands(out.getvalue())]
+    assert built == ["tessera-lambda:arm64", "tessera-lambda:x86_64", "tessera-sagemaker:cuda"]
+    err = capsys.readouterr().err
+    assert "skipped sagemaker-neuron: it needs --neuron-base-image" in err
+
+
+def test_every_image_is_built_without_provenance(build):
+    """SageMaker CreateModel takes Docker v2 manifests, Lambda rejects image indexes: no attestation."""
+    out = io.StringIO()
+    assert build.main(["--dry-run", "--neuron-base-image", "dlc:py311"], out=out) == 0
+    lines = commands(out.getvalue())
+    assert len(lines) == 4 and all("--provenance=false" in c for c in lines)

@@ -132,8 +132,10 @@ def test_update_skips_old_events_and_up_to_date_is_fine(deploy, clients):
                                  "stack tessera is up to date", f"FunctionUrl: {URL}"]
 
 
-def test_sagemaker_create_waits_for_in_service(deploy, clients):
-    cfn, sm = clients
+def test_sagemaker_create_waits_for_in_service(deploy, clients, sdk):
+    """The endpoint wait runs through the SDK's Endpoint resource (get, then refresh)."""
+    cfn, _ = clients
+    session, sm = sdk
     name = {"StackName": "tessera-sm"}
     params = {p["ParameterKey"]: p["ParameterValue"]
               for p in json.loads((ROOT / "infra/sagemaker/params-inf2.json").read_text())}
@@ -154,7 +156,7 @@ def test_sagemaker_create_waits_for_in_service(deploy, clients):
                 {"EndpointName": "tessera-sm"})
         code = deploy.main(["sagemaker", "--bucket", "my-models", "--params-file",
                             str(ROOT / "infra/sagemaker/params-inf2.json"), "--param", "MaxInstances=8",
-                            "--poll", "1"], out=out, clients=(cfn, sm), sleep=sleeps.append)
+                            "--poll", "1"], out=out, clients=(cfn, None), session=session, sleep=sleeps.append)
         cstub.assert_no_pending_responses()
         sstub.assert_no_pending_responses()
     assert code == 0
@@ -306,3 +308,222 @@ def test_invoke_sagemaker_names_the_inference_component(fake_aws):
             "object": "list", "data": []}
         stub.assert_no_pending_responses()
     assert "InferenceComponentName" not in script.request_params("e", body)
+
+
+# --- parameters checked against the template (dry run or not), placeholder secrets, missing files -----------
+
+def _refused(deploy, argv, capsys) -> str:
+    assert deploy.main(argv, out=io.StringIO()) == 1
+    return capsys.readouterr().err
+
+
+def test_dry_run_checks_parameters_against_the_template(deploy, capsys):
+    err = _refused(deploy, ["lambda", "--image-uri", IMAGE, "--param", "MemorySize=99999", "--param", "Bogus=1",
+                            "--param", "Architecture=riscv", "--param", "Timeout=ten", "--dry-run"], capsys)
+    assert "MemorySize=99999: above MaxValue 10240" in err
+    assert "Bogus: not a parameter of this template" in err
+    assert "Architecture='riscv': not one of ['arm64', 'x86_64']" in err
+    assert "Timeout='ten': not a number" in err
+    err = _refused(deploy, ["lambda", "--image-uri", "my-image:latest", "--dry-run"], capsys)
+    assert "ImageUri='my-image:latest': does not match" in err
+    # the template's own Rules: a public URL needs API keys
+    err = _refused(deploy, ["lambda", "--image-uri", IMAGE, "--param", "AuthType=NONE", "--dry-run"], capsys)
+    assert "rule PublicUrlNeedsApiKeys: AuthType NONE makes the function URL public" in err
+    # a placeholder is not a secret (and is never echoed as one)
+    err = _refused(deploy, ["lambda", "--image-uri", IMAGE, "--param", "AuthType=NONE",
+                            "--param", 'ApiKeys=["change-me"]', "--dry-run"], capsys)
+    assert "ApiKeys: holds a placeholder ('change-me')" in err
+    err = _refused(deploy, ["sagemaker", "--bucket", "my-models", "--param", "MinInstances=0", "--dry-run"], capsys)
+    assert "rule InstancesModeNeedsOneInstance" in err
+    err = _refused(deploy, ["sagemaker", "--bucket", "My_Bucket", "--param", "Mode=fast",
+                            "--param", "StartupHealthCheckTimeout=30", "--dry-run"], capsys)
+    assert "ModelBucket='My_Bucket': does not match" in err and "Mode='fast': not one of" in err
+    assert "StartupHealthCheckTimeout=30: below MinValue 60" in err
+    # scale to zero is fine in inference-component mode (the rule's condition is false)
+    assert deploy.main(["sagemaker", "--bucket", "my-models", "--param", "Mode=inference-component",
+                        "--param", "MinInstances=0", "--dry-run"], out=io.StringIO()) == 0
+
+
+def test_the_shipped_parameter_files_pass_the_check(deploy):
+    template = deploy.load_template(SAGEMAKER_TEMPLATE)
+    for path in sorted((ROOT / "infra/sagemaker").glob("params-*.json")):
+        assert deploy.check_parameters(template, {**deploy.load_params_file(path), "ModelBucket": "b-1"}) == [], path
+
+
+def test_missing_files_are_one_line_errors(deploy, tmp_path, capsys):
+    err = _refused(deploy, ["modal", "--env-file", str(tmp_path / "tessera.env"), "--dry-run"], capsys)
+    assert err.count("\n") == 1 and err.startswith("error: --env-file") and "no such file" in err
+    assert "Traceback" not in err
+    err = _refused(deploy, ["sagemaker", "--bucket", "b-1", "--params-file", str(tmp_path / "p.json"), "--dry-run"],
+                   capsys)
+    assert err.count("\n") == 1 and "no such file" in err
+
+
+def test_modal_refuses_the_example_files_placeholder_key(deploy, tmp_path, capsys):
+    example = ROOT / "infra/modal/tessera.env.example"
+    assert "change-me" in example.read_text()
+    err = _refused(deploy, ["modal", "--env-file", str(example), "--dry-run"], capsys)
+    assert "TESSERA_API_KEYS: holds a placeholder ('change-me')" in err
+    out = io.StringIO()
+    assert deploy.main(["modal", "--env-file", str(example), "--env", 'TESSERA_API_KEYS=["k-9f2c1d"]', "--dry-run"],
+                       out=out, environ={"PATH": str(tmp_path)}) == 0
+    assert "k-9f2c1d" not in out.getvalue()
+
+
+# --- a stack left in ROLLBACK_COMPLETE ------------------------------------------------------------------------
+
+def test_rollback_complete_stack_is_deleted_and_created_again(deploy, clients):
+    cfn, sm = clients
+    name = {"StackName": "tessera"}
+    params = {"ImageUri": IMAGE}
+    out = io.StringIO()
+    sleeps = []
+    with Stubber(cfn) as stub:
+        stub.add_response("describe_stacks", {"Stacks": [stack("tessera", "ROLLBACK_COMPLETE")]}, name)
+        stub.add_response("delete_stack", {}, name)
+        stub.add_response("describe_stacks", {"Stacks": [stack("tessera", "DELETE_IN_PROGRESS")]}, name)
+        missing(stub, "tessera")
+        stub.add_response("create_stack", {"StackId": "id"},
+                          {**expected_request("lambda", "tessera", params), "OnFailure": "ROLLBACK"})
+        stub.add_response("describe_stack_events", {"StackEvents": [event("1", "tessera", "CREATE_COMPLETE")]}, name)
+        stub.add_response("describe_stacks", {"Stacks": [stack("tessera", "CREATE_COMPLETE", {"FunctionUrl": URL})]},
+                          name)
+        assert deploy.main(["lambda", "--image-uri", IMAGE, "--poll", "2"], out=out, clients=(cfn, sm),
+                           sleep=sleeps.append) == 0
+        stub.assert_no_pending_responses()
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("stack tessera is in ROLLBACK_COMPLETE") and "deleting it" in lines[0]
+    assert lines[1:3] == ["  deleted tessera", "creating stack tessera"]
+    assert lines[-1] == f"FunctionUrl: {URL}" and sleeps == [2.0]
+
+
+def test_rollback_delete_failure_is_reported(deploy, clients, capsys):
+    cfn, sm = clients
+    name = {"StackName": "tessera"}
+    with Stubber(cfn) as stub:
+        stub.add_response("describe_stacks", {"Stacks": [stack("tessera", "ROLLBACK_COMPLETE")]}, name)
+        stub.add_response("delete_stack", {}, name)
+        stub.add_response("describe_stacks", {"Stacks": [stack("tessera", "DELETE_FAILED")]}, name)
+        assert deploy.main(["lambda", "--image-uri", IMAGE], out=io.StringIO(), clients=(cfn, sm), sleep=None) == 1
+    assert "DELETE_FAILED" in capsys.readouterr().err
+
+
+# --- Batch Transform ------------------------------------------------------------------------------------------
+
+def _transform_params(model: str) -> dict:
+    return {"TransformJobName": "embed-corpus", "ModelName": model, "MaxConcurrentTransforms": 2,
+            "MaxPayloadInMB": 6, "BatchStrategy": "MultiRecord",
+            "ModelClientConfig": {"InvocationsTimeoutInSeconds": 600, "InvocationsMaxRetries": 1},
+            "Environment": {"TESSERA_SAGEMAKER_MAX_RESPONSE_BYTES": "0", "TESSERA_SAGEMAKER_ROUTE": "embeddings"},
+            "TransformInput": {"DataSource": {"S3DataSource": {"S3DataType": "S3Prefix",
+                                                               "S3Uri": "s3://my-data/docs/"}},
+                               "ContentType": "application/jsonlines", "CompressionType": "None",
+                               "SplitType": "Line"},
+            "TransformOutput": {"S3OutputPath": "s3://my-data/embeddings/", "Accept": "application/jsonlines",
+                                "AssembleWith": "Line"},
+            "TransformResources": {"InstanceType": "ml.g6.xlarge", "InstanceCount": 3},
+            "Tags": [{"Key": "project", "Value": "tessera"}]}
+
+
+@pytest.fixture
+def sdk(fake_aws, monkeypatch):
+    """A boto3 session and the SageMaker client that the SDK's resources (sagemaker-core) use for it: the
+    SDK caches one client per session and region, so a Stubber on that client answers the SDK's calls.
+    Any socket connection (telemetry, a client the Stubber does not cover) fails the test."""
+    import socket
+
+    import boto3
+    from sagemaker.core.utils.utils import SageMakerClient
+
+    def refuse(self, address):
+        raise AssertionError(f"a connection to {address} was attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+
+    session = boto3.session.Session(region_name="us-east-1")
+    return session, SageMakerClient(session=session, region_name="us-east-1").sagemaker_client
+
+
+def test_transform_job_from_the_stacks_model(deploy, clients, sdk):
+    cfn, _ = clients
+    session, sm = sdk
+    arn = "arn:aws:sagemaker:us-east-1:123456789012:transform-job/embed-corpus"
+    out = io.StringIO()
+    with Stubber(cfn) as cstub, Stubber(sm) as sstub:
+        cstub.add_response("describe_stacks", {"Stacks": [
+            stack("tessera-sm", "CREATE_COMPLETE", {"EndpointName": "tessera-sm", "ModelName": "Model-abc123"})]},
+            {"StackName": "tessera-sm"})
+        sstub.add_response("create_transform_job", {"TransformJobArn": arn}, _transform_params("Model-abc123"))
+        for status in ("InProgress", "InProgress", "InProgress", "Completed"):  # create's own describe first
+            sstub.add_response("describe_transform_job", {
+                "TransformJobName": "embed-corpus", "TransformJobArn": arn, "TransformJobStatus": status,
+                "ModelName": "Model-abc123", "CreationTime": NOW,
+                "TransformInput": _transform_params("")["TransformInput"],
+                "TransformResources": {"InstanceType": "ml.g6.xlarge", "InstanceCount": 3}},
+                {"TransformJobName": "embed-corpus"})
+        assert deploy.main(["transform", "--input", "s3://my-data/docs", "--output", "s3://my-data/embeddings/",
+                            "--job-name", "embed-corpus", "--instance-count", "3", "--route", "embeddings"],
+                           out=out, clients=(cfn, None), session=session, sleep=lambda s: None) == 0
+        cstub.assert_no_pending_responses()
+        sstub.assert_no_pending_responses()
+    assert out.getvalue().splitlines() == [
+        "started transform job embed-corpus on model Model-abc123", "  transform job embed-corpus: InProgress",
+        "  transform job embed-corpus: Completed", f"TransformJobArn: {arn}", "Output: s3://my-data/embeddings/"]
+
+
+def test_transform_failure_and_dry_run(deploy, clients, sdk, capsys, monkeypatch):
+    cfn, _ = clients
+    session, sm = sdk
+    arn = "arn:aws:sagemaker:us-east-1:123456789012:transform-job/j"
+    params = {**_transform_params("m"), "TransformJobName": "j", "TransformResources": {
+        "InstanceType": "ml.g6.xlarge", "InstanceCount": 1}, "DataProcessing": {"JoinSource": "Input"}}
+    params["Environment"] = {"TESSERA_SAGEMAKER_MAX_RESPONSE_BYTES": "0"}
+    with Stubber(sm) as stub:
+        stub.add_response("create_transform_job", {"TransformJobArn": arn}, params)
+        stub.add_response("describe_transform_job", {
+            "TransformJobName": "j", "TransformJobArn": arn, "TransformJobStatus": "InProgress", "ModelName": "m",
+            "CreationTime": NOW, "TransformInput": params["TransformInput"],
+            "TransformResources": params["TransformResources"]}, {"TransformJobName": "j"})
+        stub.add_response("describe_transform_job", {
+            "TransformJobName": "j", "TransformJobArn": arn, "TransformJobStatus": "Failed", "ModelName": "m",
+            "CreationTime": NOW, "FailureReason": "ClientError: See job logs", "TransformInput": params["TransformInput"],
+            "TransformResources": params["TransformResources"]}, {"TransformJobName": "j"})
+        assert deploy.main(["transform", "--model-name", "m", "--input", "s3://my-data/docs/", "--output",
+                            "s3://my-data/embeddings/", "--job-name", "j", "--join-input"],
+                           out=io.StringIO(), clients=(cfn, None), session=session, sleep=lambda s: None) == 1
+    assert "transform job j: Failed ClientError: See job logs" in capsys.readouterr().err
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    out = io.StringIO()
+    assert deploy.main(["transform", "--input", "s3://my-data/docs/", "--output", "s3://my-data/out/",
+                        "--job-name", "j", "--dry-run"], out=out) == 0
+    calls = [line.split("(", 1)[0] for line in out.getvalue().splitlines() if not line.startswith("  ")]
+    assert calls == ["cloudformation.describe_stacks", "sagemaker.create_transform_job",
+                     "sagemaker.describe_transform_job"]
+    create = json.loads(out.getvalue().splitlines()[1].split("(", 1)[1].rstrip(")"))
+    assert create["ModelName"] == "<Outputs.ModelName>" and create["TransformInput"]["SplitType"] == "Line"
+    for argv, message in ((["--input", "my-data/docs"], "--input must be an s3://"),
+                          (["--input", "s3://my-data/d/", "--max-payload-mb", "50"], "--max-payload-mb must be 1..8")):
+        assert deploy.main(["transform", "--output", "s3://my-data/o/", *argv, "--dry-run"], out=io.StringIO()) == 1
+        assert message in capsys.readouterr().err
+
+
+def test_sagemaker_template_outputs_the_model_name():
+    from .conftest import parse_template
+
+    assert parse_template(SAGEMAKER_TEMPLATE)["Outputs"]["ModelName"]["Value"] == {"Fn::GetAtt": ["Model", "ModelName"]}
+
+
+def test_the_documented_dry_run_refusal_is_what_it_prints(deploy, capsys):
+    """docs/deploy.md's example command, run as written (with $IMAGE set), prints the documented lines."""
+    doc = (ROOT / "docs/deploy.md").read_text()
+    block = doc.split("python scripts/deploy.py lambda --image-uri $IMAGE --param MemorySize=99999", 1)[1]
+    command = "--param MemorySize=99999" + block.split("\n", 1)[0]
+    documented = [line[2:] for line in block.split("```", 1)[0].split("\n")[1:] if line.startswith("# ")]
+    argv = ["lambda", "--image-uri", IMAGE, *command.split()]
+    assert deploy.main(argv, out=io.StringIO()) == 1
+    printed = capsys.readouterr().err.splitlines()
+    assert len(printed) == len(documented) == 3
+    for want, got in zip(documented, printed):
+        assert got.startswith(want.removesuffix("...)").rstrip(", ")), (want, got)

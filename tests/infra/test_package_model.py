@@ -181,6 +181,29 @@ def test_cli_dry_run_prints_the_call(package, tiny_model, tmp_path, fake_aws):
     assert package.main([str(tiny_model), "--output", str(target), "--s3", "s3://my-models/tessera/",
                          "--dry-run"], out=out) == 0
     lines = out.getvalue().splitlines()
-    assert lines[0].startswith(f"wrote {target} (")
+    size = sum(p.stat().st_size for p in tiny_model.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    files = sum(1 for p in tiny_model.rglob("*") if not p.is_dir() and "__pycache__" not in p.parts)
+    assert lines[0] == f"would write {target} ({files} files, {size / 1e6:.1f} MB before compression)"
     assert lines[1] == f"s3.upload_file(Filename={str(target)!r}, Bucket='my-models', Key='tessera/model.tar.gz')"
-    assert target.is_file()
+    # a dry run writes nothing: no tarball, not even its folder
+    assert not target.exists() and not target.parent.exists()
+
+
+def test_cli_packs_with_progress(package, tiny_model, tmp_path, capsys):
+    target = tmp_path / "model.tar.gz"
+    assert package.main([str(tiny_model), "--output", str(target)], out=io.StringIO()) == 0
+    err = capsys.readouterr().err
+    assert f"packing {target}: 100%" in err and err.count("%") >= 2
+    with tarfile.open(target) as tar:
+        names = tar.getnames()
+    assert "tiny-bert/onnx/model.onnx" in names and not any("__pycache__" in n for n in names)
+
+
+def test_build_outputs_are_git_ignored(tmp_path):
+    import subprocess
+
+    from .conftest import ROOT
+
+    for path in ("model.tar.gz", "models/model.tar.gz"):
+        done = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT, timeout=30)
+        assert done.returncode == 0, f"{path} is not ignored by .gitignore"

@@ -55,6 +55,7 @@ class Route:
     delay_s: float = 0.0  # before the headers
     dribble_s: float = 0.0  # between body bytes
     chunked: bool = False  # no Content-Length
+    header_dribble_s: float = 0.0  # between bytes of the status line and headers (a slow-loris server)
 
 
 class _QuietServer(http.server.ThreadingHTTPServer):
@@ -86,6 +87,9 @@ class MediaServer:
                 try:
                     if route.delay_s:
                         time.sleep(route.delay_s)
+                    if route.header_dribble_s:
+                        self._dribble_headers(route)
+                        return
                     self.send_response(route.status)
                     self.send_header("Content-Type", route.content_type)
                     for k, v in route.headers.items():
@@ -106,6 +110,16 @@ class MediaServer:
                         self.close_connection = True
                 except (BrokenPipeError, ConnectionResetError):
                     pass
+
+            def _dribble_headers(self, route: Route) -> None:
+                head = (f"HTTP/1.1 {route.status} OK\r\nContent-Type: {route.content_type}\r\n"
+                        f"X-Padding: {'p' * 200}\r\nContent-Length: {len(route.body)}\r\n\r\n").encode()
+                for i in range(len(head)):  # bounded: ~230 bytes, then the body
+                    self.wfile.write(head[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(route.header_dribble_s)
+                self.wfile.write(route.body)
+                self.close_connection = True
 
             def log_message(self, *args):
                 pass

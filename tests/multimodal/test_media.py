@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from core.errors import InvalidInput
+from core.errors import InvalidInput, Timeout
 from core.media import MediaFetcher, MediaLimits, blocked_reason
 from tests.multimodal.media_support import MediaServer, Route, audio_bytes, data_uri, png, sine
 
@@ -277,10 +277,10 @@ def test_the_request_deadline_bounds_every_fetch(media_server):
     url = media_server.add("/slow-deadline.png", Route(PNG, "image/png", delay_s=3.0))
     fetcher = MediaFetcher(MediaLimits(allow=("127.0.0.1/32",), fetch_timeout_s=10.0), deadline=time.monotonic() + 0.5)
     started = time.monotonic()
-    with pytest.raises(InvalidInput, match=r"input\[1\]: the request's deadline passed while fetching media"):
+    with pytest.raises(Timeout, match=r"the request's deadline passed while fetching input\[1\]"):
         fetcher.image(url, index=1)
     assert time.monotonic() - started < 1.5
-    with pytest.raises(InvalidInput, match=r"input\[2\]: the request's deadline passed"):
+    with pytest.raises(Timeout, match=r"the request's deadline passed while (fetching|preparing) input\[2\]"):
         fetcher.image(url, index=2)  # later items find the deadline already spent
 
 

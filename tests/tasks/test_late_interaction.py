@@ -135,3 +135,39 @@ def test_onnx_backend_serves_late_interaction(minilm_dir, minilm_onnx_dir):
     onnx_engine = load_engine(minilm_onnx_dir, task="late_interaction", backend="onnx")
     assert onnx_engine.backend.name == "onnx"
     np.testing.assert_allclose(onnx_engine.run_sync(ScoreRequest(QUERY, docs)).scores, torch_scores, atol=2e-3)
+
+
+def test_dense_activation_and_unknown_modules(colbert_dir, tmp_path):
+    """A PyLate Dense with an activation runs it (here Tanh, checked against the formula on the encoder's
+    token vectors); a module type the task does not implement fails the load, naming it."""
+    import json
+    import shutil
+
+    from core.errors import Unsupported
+
+    folder = tmp_path / "tanh"
+    shutil.copytree(colbert_dir, folder)
+    cfg = json.loads((folder / "1_Dense" / "config.json").read_text())
+    (folder / "1_Dense" / "config.json").write_text(json.dumps({**cfg, "activation_function":
+                                                                "torch.nn.modules.activation.Tanh"}))
+    plain = load_engine(colbert_dir).run_sync(EmbedRequest(texts=DOCS[:2]))
+    tanh = load_engine(folder).run_sync(EmbedRequest(texts=DOCS[:2]))
+    ref = Reference(colbert_dir)
+    import torch
+
+    for text, got, base in zip(DOCS[:2], tanh.vectors, plain.vectors):
+        with torch.inference_mode():
+            ids = ref.tok(text, truncation=True, max_length=COLBERT_SETTINGS["document_length"] - 1)["input_ids"]
+            prefix = ref.tok.convert_tokens_to_ids(COLBERT_SETTINGS["document_prefix"])
+            ids = ids[:1] + [prefix] + ids[1:]
+            hidden = ref.model(input_ids=torch.tensor([ids])).last_hidden_state[0]
+            hidden = hidden[[t not in ref.skip for t in ids]]
+            want = torch.nn.functional.normalize(torch.tanh(hidden @ ref.weight.T), dim=-1).numpy()
+        np.testing.assert_allclose(got, want, atol=1e-5)
+        assert np.abs(got - base).max() > 1e-3  # the activation changed the vectors
+
+    modules = json.loads((folder / "modules.json").read_text())
+    modules.append({"idx": 2, "name": "2", "path": "2_LayerNorm", "type": "sentence_transformers.models.LayerNorm"})
+    (folder / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(Unsupported, match="LayerNorm"):
+        load_engine(folder)

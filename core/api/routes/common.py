@@ -62,6 +62,9 @@ async def serve_until_disconnect(request: Request, work):
     watcher = asyncio.ensure_future(_disconnected(request))
     try:
         await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the request itself is cancelled (shutdown gave up on it): so is its work
+        task.cancel()
+        raise
     finally:
         watcher.cancel()
     if not task.done():

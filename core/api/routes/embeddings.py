@@ -8,7 +8,7 @@ from fastapi.responses import Response
 from core.api import protocol
 from core.api.encode import dumps, embedding_list
 from core.api.routes.common import JSONBytes, deadline_for, registry_of, serve_until_disconnect, settings_of
-from core.api.routes.inputs import check_count, check_texts
+from core.api.routes.inputs import check_count, check_prompt, check_texts
 from core.config import Settings
 from core.errors import InvalidInput
 from core.quantize import CALIBRATION_TEXTS, Calibrations, quantize
@@ -55,6 +55,7 @@ def embed_request(body: protocol.EmbeddingRequest, settings: Settings, deadline:
         token_ids = value  # type: ignore[assignment]
     if texts is not None:
         check_texts(texts, settings, "input")
+        check_prompt(body.prompt, texts, settings)
     else:
         check_count(len(token_ids), settings, "input")
     return EmbedRequest(

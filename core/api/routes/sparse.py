@@ -23,6 +23,7 @@ async def sparse_embeddings(body: protocol.SparseEmbeddingRequest, request: Requ
     settings = settings_of(request)
     engine = registry_of(request).get(body.model, "embeddings_sparse")
     task_request = embed_request(protocol.EmbeddingRequest(input=body.input, truncate=body.truncate), settings)
+    task_request.output = "sparse"  # a multi-output model (BGE-M3) answers with its sparse head
     result = await serve_until_disconnect(request, engine(task_request, deadline=deadline_for(request, settings)))
     tokens_of = engine.task.token_strings if body.return_tokens else None
     return JSONBytes(dumps(sparse_list(result.vectors, engine.name, result.prompt_tokens, tokens_of)))

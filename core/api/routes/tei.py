@@ -59,7 +59,7 @@ async def tei_embed(body: protocol.TeiEmbedRequest, request: Request) -> Respons
 async def tei_embed_sparse(body: protocol.TeiSparseRequest, request: Request) -> Response:
     engine = _engine(request, "embeddings_sparse")
     texts = text_list(body.inputs, "inputs", settings_of(request))
-    result = await _run(request, engine, EmbedRequest(texts=texts, truncate=body.truncate))
+    result = await _run(request, engine, EmbedRequest(texts=texts, truncate=body.truncate, output="sparse"))
     return JSONBytes(dumps(tei_sparse(result.vectors)))
 
 
@@ -148,7 +148,8 @@ def _model_type(engine) -> dict:
                        "label2id": {lab: i for i, lab in enumerate(labels)}}}
     if task.name == "sparse":
         return {"embedding": {"pooling": "splade"}}
-    return {"embedding": {"pooling": getattr(task.info, "pooling", "mean")}}
+    # the pooling in force (the spec's `pooling` override included), as the task describes it
+    return {"embedding": {"pooling": task.describe().get("pooling") or getattr(task.info, "pooling", "mean")}}
 
 
 @router.get("/info", summary="TEI: model and server information", tags=["tei"])

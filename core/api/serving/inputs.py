@@ -26,6 +26,21 @@ def check_texts(texts: Sequence[str], settings: Settings, param: str) -> list[st
     return list(texts)
 
 
+def check_prompt(prompt: str | None, texts: Sequence[str], settings: Settings) -> None:
+    """A literal prompt is prepended to every text: it counts toward each item's characters and, once per
+    text, toward the request's (at most a body's worth of text is tokenized per request)."""
+    if not prompt:
+        return
+    longest = max(range(len(texts)), key=lambda i: len(texts[i]), default=None)
+    if longest is not None and len(prompt) + len(texts[longest]) > settings.max_chars_per_item:
+        raise TooLarge(f"prompt + input[{longest}] has {len(prompt) + len(texts[longest])} characters; the limit "
+                       f"is {settings.max_chars_per_item}", param="prompt")
+    total = len(prompt) * len(texts) + sum(map(len, texts))
+    if total > settings.max_request_bytes:
+        raise TooLarge(f"the prompt repeated over {len(texts)} inputs makes {total} characters to tokenize; the "
+                       f"limit per request is {settings.max_request_bytes}", param="prompt")
+
+
 def text_list(value: str | list[str], param: str, settings: Settings) -> list[str]:
     texts = [value] if isinstance(value, str) else list(value)
     if not texts:
