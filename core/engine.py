@@ -18,6 +18,7 @@ from core.errors import ModelNotFound, NotReady, OutOfMemory, TesseraError, TooL
 from core.loading import detect_task, read_model_info
 from core.metrics import Metrics
 from core.tasks import create_task
+from core.tasks.base import Task
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ UNHEALTHY_AFTER = 3
 
 
 class Engine:
-    def __init__(self, spec: ModelSpec, task, backend: Backend, *, settings: Settings, metrics: Metrics | None = None):
+    def __init__(self, spec: ModelSpec, task: Task, backend: Backend, *, settings: Settings, metrics: Metrics | None = None):
         self.spec = spec
         self.name = spec.served_name
         self.task = task
@@ -35,14 +36,16 @@ class Engine:
         self.consecutive_failures = 0
         self.max_tokens_per_request = settings.max_tokens_per_request
         self.last_error: str | None = None
+        #: the effective batch limit: the backend's fixed compiled batch, else the spec's (the one place it is read)
+        self.max_batch_size: int = backend.max_batch_size or spec.max_batch_size
         self._prep = ThreadPoolExecutor(max_workers=max(1, settings.threads), thread_name_prefix=f"prep-{self.name}")
         self.batcher = Batcher(
             self._run_batch,
             max_batch_tokens=spec.batch_tokens,
-            max_batch_size=backend.max_batch_size or spec.max_batch_size,
+            max_batch_size=self.max_batch_size,
             max_queue_items=spec.max_queue_items,
             retry_after_s=settings.retry_after_s,
-            workers=getattr(backend, "lanes", 1),
+            workers=backend.lanes,
             name=self.name,
             on_batch=self._on_batch,
             on_error=self._on_error,
@@ -61,7 +64,7 @@ class Engine:
                 "run unless the model's spec sets trust_remote_code: true"
             )
         # a static-shape backend (Neuron buckets) caps the length the tokenizer truncates/refuses at
-        limit = getattr(backend, "max_sequence_length", None)
+        limit = backend.max_sequence_length
         if limit and info.max_length > limit:
             info = dataclasses.replace(info, max_length=limit)
         task_name = detect_task(info) if spec.task == "auto" else spec.task
@@ -75,21 +78,17 @@ class Engine:
         """fetch (event loop, media URLs) → prepare (worker thread) → batch (inference thread) → finish."""
         if self.task.fetches_inputs:
             await self.task.fetch_inputs(request)
-        if self._inline(request):  # cheaper than a thread hop: tokenize a few short texts on the loop
+        if self.task.prepare_inline(request):  # cheaper than a thread hop: tokenize a few short texts on the loop
             items = self.task.prepare(request)
         else:
             items = await asyncio.get_running_loop().run_in_executor(self._prep, self.task.prepare, request)
-        group = self.task.batch_group(request) if hasattr(self.task, "batch_group") else None
+        group = self.task.batch_group(request)
         costs = [it.cost for it in items]
         if sum(costs) > self.max_tokens_per_request:
             raise TooLarge(f"the request holds {sum(costs)} tokens; the limit is {self.max_tokens_per_request}",
                            code="too_many_tokens")
         results = await self.batcher.submit(items, costs=costs, deadline=deadline, group=group)
         return self.task.finish(request, items, results)
-
-    def _inline(self, request: Any) -> bool:
-        inline = getattr(self.task, "prepare_inline", None)
-        return inline is not None and inline(request)
 
     def run_sync(self, request: Any) -> Any:
         """The same path without the batcher (benchmarks and parity tests: the in-process reference)."""
@@ -138,7 +137,7 @@ class Engine:
             "object": "model",
             "created": 0,
             "owned_by": "tessera",
-            "modalities": list(getattr(self.task, "modalities", ("text",))),
+            "modalities": list(self.task.modalities),
             **self.task.describe(),
             **self.backend.describe(),
         }

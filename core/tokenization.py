@@ -126,10 +126,6 @@ class TextTokenizer:
             out.append(Encoded(ids, np.zeros_like(ids)))
         return out
 
-    def tokenize(self, texts: Sequence[str]) -> list[tuple[list[int], list[str]]]:
-        encodings = self._truncating.encode_batch(list(texts))
-        return [(list(e.ids), list(e.tokens)) for e in encodings]
-
     def pieces(self, texts: Sequence[str], *, add_special_tokens: bool = True,
                max_tokens: int | None = None) -> list[list[Piece]]:
         """Untruncated tokens with their ids, character offsets and special flags (``/v1/tokenize``).

@@ -33,6 +33,7 @@ from typing import Callable, ClassVar, Iterable, Mapping
 
 import numpy as np
 
+from core.backends.base import Backend
 from core.errors import BackendFailure, InvalidInput, TooLarge
 
 MANIFEST_FORMAT = 1
@@ -270,7 +271,7 @@ def _concat(parts: list[dict[str, np.ndarray]], width: int) -> dict[str, np.ndar
     return out
 
 
-class BucketedBackend:
+class BucketedBackend(Backend):
     """Backend contract over compiled buckets listed in a manifest. Subclasses load one bucket."""
 
     name: ClassVar[str] = "bucketed"
@@ -335,10 +336,6 @@ class BucketedBackend:
             raise BackendFailure(f"{self.name} backend used before load()")
         outputs = self.router.run(inputs)
         return {k: v if v.dtype == np.float32 else v.astype(np.float32) for k, v in outputs.items()}
-
-    def health(self) -> None:
-        if self.router is None:
-            raise BackendFailure(f"{self.name} buckets not loaded")
 
     def describe(self) -> dict:
         buckets = [f"{b.batch_size}x{b.sequence_length}" for b in (self.manifest.buckets if self.manifest else [])]

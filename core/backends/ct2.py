@@ -12,6 +12,7 @@ from typing import ClassVar, Mapping
 
 import numpy as np
 
+from core.backends.base import Backend
 from core.config import ModelSpec
 from core.errors import BackendFailure, InvalidInput, Unsupported, require
 
@@ -45,7 +46,7 @@ def compute_type_for(device: str, dtype: str) -> str:
     return table[dtype]
 
 
-class CT2Backend:
+class CT2Backend(Backend):
     name: ClassVar[str] = "ct2"
     max_batch_size: int | None = None
 
@@ -107,10 +108,6 @@ class CT2Backend:
             hidden = hidden.to_device(ctranslate2.Device.cpu)
         hidden = np.array(hidden)
         return {"last_hidden_state": hidden if hidden.dtype == np.float32 else hidden.astype(np.float32)}
-
-    def health(self) -> None:
-        if self._encoder is None:
-            raise BackendFailure("ct2 encoder not loaded")
 
     def describe(self) -> dict:
         return {"backend": self.name, "device": self._device, "dtype": self._dtype,

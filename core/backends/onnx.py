@@ -8,6 +8,7 @@ from typing import ClassVar, Mapping
 
 import numpy as np
 
+from core.backends.base import Backend
 from core.backends.heads import get_head
 from core.config import ModelSpec
 from core.errors import BackendFailure, InvalidInput, OutOfMemory, require
@@ -41,7 +42,7 @@ def _providers(ort, device: str, requested: list[str] | None = None) -> list:
     return list(requested)
 
 
-class OnnxBackend:
+class OnnxBackend(Backend):
     name: ClassVar[str] = "onnx"
     max_batch_size: int | None = None
 
@@ -129,10 +130,6 @@ class OnnxBackend:
                 self._in_flight -= 1
         return {name: out if out.dtype == np.float32 else out.astype(np.float32)
                 for name, out in zip(self._outputs, results)}
-
-    def health(self) -> None:
-        if self._session is None:
-            raise BackendFailure("onnx session not loaded")
 
     def describe(self) -> dict:
         return {"backend": self.name, "device": self._device, "dtype": self._dtype,

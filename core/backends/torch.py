@@ -16,6 +16,7 @@ from typing import ClassVar, Mapping
 
 import numpy as np
 
+from core.backends.base import Backend
 from core.backends.heads import Head, get_head
 from core.config import ModelSpec
 from core.errors import BackendFailure, InvalidInput, OutOfMemory, require
@@ -42,7 +43,7 @@ def quantize_int8(torch, model):
         return quantize_dynamic(model, spec, dtype=torch.qint8)
 
 
-class TorchBackend:
+class TorchBackend(Backend):
     name: ClassVar[str] = "torch"
     max_batch_size: int | None = None
 
@@ -102,10 +103,6 @@ class TorchBackend:
         except torch.OutOfMemoryError as exc:
             raise OutOfMemory(f"torch: {exc}") from exc
         return {k: v.float().cpu().numpy() for k, v in out.items()}
-
-    def health(self) -> None:
-        if self._model is None:
-            raise BackendFailure("torch model not loaded")
 
     def describe(self) -> dict:
         return {"backend": self.name, "device": self._device, "dtype": self._dtype, "compiled": self._compile}

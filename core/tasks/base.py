@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from core.loading import ModelInfo
 from core.tokenization import TextTokenizer, pad_batch
 
 
@@ -29,32 +30,55 @@ class Item(Protocol):
     def cost(self) -> int: ...
 
 
-class Task(Protocol):
+class Task:
+    """The base every task derives from. Subclasses set the class attributes and implement
+    ``prepare``/``collate``/``postprocess``/``finish``; the other hooks have these defaults."""
+
     name: ClassVar[str]
     head: ClassVar[str]
     #: what the task serves, matched by routes through ``Registry.get(model, capability)``:
-    #: "embeddings" (/v1/embeddings), later "rerank", "classify", "tokenize", ...
+    #: "embeddings" (/v1/embeddings), "rerank", "classify", "embeddings_sparse", "score", "tokenize"
     capabilities: ClassVar[frozenset[str]]
+    #: the inputs it embeds (``/v1/models`` shows them; a request in another modality is refused)
+    modalities: ClassVar[tuple[str, ...]] = ("text",)
+    #: what the model folder says (pooling, max length, config)
+    info: ModelInfo
 
-    def prepare(self, request: Any) -> Sequence[Item]: ...
-
-    # optional: ``prepare_inline(request) -> bool``: True when preparing is cheaper than a thread hop
-    # (a few short texts), so the engine runs ``prepare`` on the event loop itself
-
-    def collate(self, items: Sequence[Item]) -> Mapping[str, np.ndarray]: ...
-
-    def postprocess(self, outputs: Mapping[str, np.ndarray], items: Sequence[Item]) -> list[Any]: ...
-
-    def finish(self, request: Any, items: Sequence[Item], results: list[Any]) -> Any: ...
-
-    def describe(self) -> dict: ...
-
-
-class TextTask:
-    """What the text tasks share: the model's tokenizer and right-padding to the batch's longest item."""
-
-    #: no inputs to fetch before ``prepare`` (multi-modal tasks fetch media URLs on the event loop)
+    #: True: the engine awaits ``fetch_inputs`` on the event loop before ``prepare`` (media URLs); a flag,
+    #: so tasks without inputs to fetch cost no extra await on the hot path
     fetches_inputs: ClassVar[bool] = False
+
+    async def fetch_inputs(self, request: Any) -> None:
+        """Fetch what ``prepare`` needs from the network (only called when ``fetches_inputs``)."""
+
+    def prepare(self, request: Any) -> Sequence[Item]:
+        raise NotImplementedError
+
+    def prepare_inline(self, request: Any) -> bool:
+        """True when preparing is cheaper than a thread hop (a few short texts): the engine then runs
+        ``prepare`` on the event loop itself."""
+        return False
+
+    def batch_group(self, request: Any) -> str | None:
+        """A key that items must share to meet in a batch (e.g. the modality); None: one group."""
+        return None
+
+    def collate(self, items: Sequence[Item]) -> Mapping[str, np.ndarray]:
+        raise NotImplementedError
+
+    def postprocess(self, outputs: Mapping[str, np.ndarray], items: Sequence[Item]) -> list[Any]:
+        raise NotImplementedError
+
+    def finish(self, request: Any, items: Sequence[Item], results: list[Any]) -> Any:
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        """What ``/v1/models`` shows of the task."""
+        return {"task": self.name}
+
+
+class TextTask(Task):
+    """What the text tasks share: the model's tokenizer and right-padding to the batch's longest item."""
 
     def __init__(self, info, spec) -> None:
         self.info = info

@@ -29,6 +29,7 @@ import numpy as np
 from core.config import ModelSpec
 from core.errors import InvalidInput, TooLarge
 from core.loading import DenseModule, ModelInfo
+from core.tasks.base import Task
 from core.tasks.dense import DenseLayer
 from core.tasks.embed import EmbedRequest, EmbedResult, l2_normalize
 from core.tasks.prompts import resolve_prompt
@@ -102,7 +103,7 @@ def maxsim(query: np.ndarray, document: np.ndarray) -> float:
     return float((query @ document.T).max(axis=1).sum())
 
 
-class LateInteractionTask:
+class LateInteractionTask(Task):
     name: ClassVar[str] = "late_interaction"
     head: ClassVar[str] = "encoder"
     capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings", "score", "tokenize"})

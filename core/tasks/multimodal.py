@@ -24,6 +24,7 @@ import numpy as np
 from core.config import ModelSpec
 from core.errors import BackendFailure, InvalidInput, TooLarge, require
 from core.loading import ModelInfo
+from core.tasks.base import Task
 from core.tasks.embed import EmbedRequest, EmbedResult, l2_normalize
 
 
@@ -39,7 +40,7 @@ class MediaItem:
     length: int = 0  # sequence length (tokens returned by a multi-vector model)
 
 
-class MultiModalEmbedTask:
+class MultiModalEmbedTask(Task):
     name: ClassVar[str]
     head: ClassVar[str]
     capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings"})

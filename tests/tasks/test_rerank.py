@@ -71,7 +71,7 @@ def test_long_document_truncated_document_first(reranker_dir):
     items = engine.task.prepare(RerankRequest(QUERY, [long_doc, DOCS[0]]))
     assert items[0].cost == 32
     first_sep = items[0].ids.tolist().index(102)
-    assert first_sep == len(engine.task.tokenizer.tokenize([QUERY])[0][0]) - 1  # the query is whole
+    assert first_sep == engine.task.tokenizer.encode([QUERY])[0].ids.size - 1  # the query is whole
     ours = engine.run_sync(RerankRequest(QUERY, [long_doc, DOCS[0]])).scores
     np.testing.assert_allclose(ours, ce.predict(pairs), atol=1e-5, rtol=0)
     with pytest.raises(TooLarge):
