@@ -1,21 +1,22 @@
 #!/usr/bin/env python
 """GPU benchmark of a Tessera server: torch fp16 (and ONNX Runtime's CUDA provider when present) on CUDA.
 
-Made to run in ONE call of the `device` tool (no network there, < 8 minutes): see docs/benchmarks.md,
-section "GPU". The GPU machine's entry point is scripts/bench_gpu.sh (installs the carried wheels, prints
-nvidia-smi, then runs this file); scripts/fetch_gpu_wheels.sh prepares .whl/ here first.
+One command that finishes in under 8 minutes, also on a GPU machine without network: see
+docs/gpu-bench.md. On such a machine the entry point is scripts/bench_gpu.sh (installs the wheels of
+.whl/, prints nvidia-smi, then runs this file); scripts/fetch_gpu_wheels.sh prepares .whl/ beforehand on a
+machine with PyPI access.
 
-    # on the GPU machine (through scripts/bench_gpu.sh)
+    # on the GPU machine (directly, or through scripts/bench_gpu.sh)
     python scripts/bench_gpu.py --out $OUT
 
-    # CPU smoke run of the same pipeline (here): torch fp32 on CPU, one tiny cell
+    # CPU smoke run of the same pipeline (any machine): torch fp32 on CPU, one tiny cell
     python scripts/bench_gpu.py --device cpu --dtype float32 --duration 1 --texts short --batch 1 \
         --concurrency 1 --out .bench/gpu-smoke
 
-    # here, after a GPU run: put its Markdown section into docs/benchmarks.md (between the gpu-bench markers)
+    # after a GPU run, in the checkout: put its Markdown section into docs/benchmarks.md (between the gpu-bench markers)
     python scripts/bench_gpu.py --merge path/to/benchmarks-gpu.md
 
-    # here, by scripts/fetch_gpu_wheels.sh: the fp16-stored model folder + CPU fp32 reference vectors
+    # by scripts/fetch_gpu_wheels.sh: the fp16-stored model folder + CPU fp32 reference vectors
     python scripts/bench_gpu.py --prepare .whl/minilm-fp16
 
 Per backend: start a real server on loopback (scripts/bench.py's start_server/wait_ready), check parity of
@@ -51,9 +52,9 @@ import bench  # noqa: E402
 
 START_MARKER = "<!-- gpu-bench:start -->"
 END_MARKER = "<!-- gpu-bench:end -->"
-CARRIED_MODEL = ROOT / ".whl" / "minilm-fp16"
-ORT_GPU_MISSING = ("not run: onnxruntime-gpu (300 MB wheel) exceeds the 64 MiB carry limit; this machine's "
-                   "onnxruntime has providers {providers}")
+PREPARED_MODEL = ROOT / ".whl" / "minilm-fp16"
+ORT_GPU_MISSING = ("not run: onnxruntime-gpu is not installed on this machine (pip install onnxruntime-gpu to "
+                   "measure it); its onnxruntime has providers {providers}")
 #: seconds kept back at the end for tearing down and writing the results
 RESERVE_S = 15.0
 #: the model folder's files the server needs (README, data_config.json etc. stay behind)
@@ -267,7 +268,7 @@ def spec_for(backend: str, model_path: Path, device: str, dtype: str) -> tuple[d
 
 def wait_loaded(url: str, proc, timeout: float) -> float:
     """Seconds until /ready answers 200, failing at once when the model failed to load (the server then
-    stays up answering 503, and bench.wait_ready would spend its whole timeout of device time)."""
+    stays up answering 503, and bench.wait_ready would spend its whole timeout)."""
     import httpx
 
     start = time.perf_counter()
@@ -459,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--doc", type=Path, default=ROOT / "docs" / "benchmarks.md")
     p.add_argument("--prepare", type=Path, metavar="DIR", help="write the fp16-stored model + reference and exit")
     p.add_argument("--source-model", type=Path, help="--prepare: model folder (default: the embedded MiniLM)")
-    p.add_argument("--model", type=Path, help="default: .whl/minilm-fp16 when carried, else the embedded MiniLM")
+    p.add_argument("--model", type=Path, help="default: .whl/minilm-fp16 when prepared, else the embedded MiniLM")
     p.add_argument("--reference", type=Path, help="default: <model>/reference.npz (else computed here, fp32 CPU)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--dtype", default="float16")
@@ -492,8 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     args.batch = [int(x) for x in args.batch.split(",")]
     args.concurrency = [int(x) for x in args.concurrency.split(",")]
     if args.model is None:
-        if CARRIED_MODEL.exists():
-            args.model = CARRIED_MODEL
+        if PREPARED_MODEL.exists():
+            args.model = PREPARED_MODEL
         else:
             from core.config import default_model_path
 

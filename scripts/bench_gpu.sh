@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# The ONE command a session with a GPU machine passes to the `device` tool (after scripts/fetch_gpu_wheels.sh
-# here). The exact call (docs/benchmarks.md, section "GPU"):
+# The GPU benchmark in one command, on a GPU machine without network (docs/gpu-bench.md):
 #
-#   run(command="bash scripts/bench_gpu.sh", carry=[".whl"], timeout_s=480)
+#   bash scripts/bench_gpu.sh                 # in the repository root, with .whl/ from scripts/fetch_gpu_wheels.sh
 #
-# Installs the carried wheels into /tmp/site, prints nvidia-smi and the torch/CUDA versions, then runs
+# Installs the wheels of .whl/ into /tmp/site, prints nvidia-smi and the torch/CUDA versions, then runs
 # scripts/bench_gpu.py (torch fp16 on CUDA; ONNX Runtime CUDA fp16 when onnxruntime-gpu is there), which
 # stops starting cells at its deadline (400 s after it starts) and writes $OUT/gpu-bench.json and
 # $OUT/benchmarks-gpu.md after every phase; the whole log goes to $OUT/log.txt.
@@ -20,11 +19,11 @@ main() {
 t0=$(date +%s)
 
 if ! ls .whl/*.whl >/dev/null 2>&1; then
-    echo "error: no .whl/*.whl here: run scripts/fetch_gpu_wheels.sh first and carry .whl"
+    echo "error: no .whl/*.whl here: run scripts/fetch_gpu_wheels.sh on a machine with PyPI and copy .whl/ here"
     return 2
 fi
 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { echo "error: installing the carried wheels failed"; return 3; }
+    || { echo "error: installing the wheels of .whl/ failed"; return 3; }
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 echo "[install] $(( $(date +%s) - t0 )) s"
 
@@ -43,8 +42,7 @@ except ImportError:
 EOF
 echo "[versions] $(( $(date +%s) - t0 )) s"
 
-# bench_gpu.py stops at its own deadline; this outer limit only guards against a hang (the device call's
-# timeout_s must stay above it)
+# bench_gpu.py stops at its own deadline; this outer limit only guards against a hang
 timeout -k 10 450 "$PY" scripts/bench_gpu.py --out "$OUT" "$@"
 rc=$?
 echo "[total] $(( $(date +%s) - t0 )) s, bench_gpu.py exit $rc"

