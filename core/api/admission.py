@@ -40,6 +40,10 @@ class BodyReader:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        declared = next((v for k, v in scope.get("headers", ()) if k == b"content-length"), None)
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await send_error(send, self._too_large(), close=True)  # refused before a byte is read
+            return
         chunks: list[bytes] = []
         size = 0
         deadline = time.monotonic() + self.timeout_s
@@ -61,14 +65,16 @@ class BodyReader:
             body = message.get("body", b"")
             size += len(body)
             if size > self.max_bytes:
-                await send_error(send, TooLarge(f"request body exceeds {self.max_bytes} bytes",
-                                                code="body_too_large"), close=True)
+                await send_error(send, self._too_large(), close=True)
                 return
             chunks.append(body)
             more = message.get("more_body", False)
         if disconnected is not None:
             return  # nobody is left to answer
         await self.app(scope, _replay(b"".join(chunks), receive), send)
+
+    def _too_large(self) -> TooLarge:
+        return TooLarge(f"request body exceeds {self.max_bytes} bytes", code="body_too_large")
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -31,7 +31,6 @@ from core.errors import (
     NotReady,
     Overloaded,
     TesseraError,
-    TooLarge,
     Unauthorized,
     ValidationFailed,
 )
@@ -78,13 +77,13 @@ def body_parse_error(cause: BaseException) -> InvalidInput:
 
 
 class Gate:
-    """Pure-ASGI middleware: API keys, body-size limit, request metrics. Cheap on the hot path."""
+    """Pure-ASGI middleware: API keys, in-flight cap, request metrics. Cheap on the hot path. (The body's
+    size and arrival time are bounded before it, by ``core.api.admission.BodyReader``.)"""
 
     def __init__(self, app: ASGIApp, *, settings: Settings, metrics: Metrics, state):
         self.app = app
         self.keys = [k.encode() for k in settings.all_api_keys()]
         self.open_paths = OPEN_PATHS | ({"/metrics"} if settings.metrics_public else set())
-        self.max_bytes = settings.max_request_bytes
         self.max_inflight = settings.max_inflight_requests
         self.retry_after = settings.retry_after_s
         self.metrics = metrics
@@ -139,7 +138,7 @@ class Gate:
                 return
             self.inflight += 1
             try:
-                await self.app(scope, self._limited(receive), send_wrapper)
+                await self.app(scope, receive, send_wrapper)
             finally:
                 self.inflight -= 1
         finally:
@@ -152,27 +151,7 @@ class Gate:
         if self.inflight >= self.max_inflight:
             return Overloaded(f"{self.inflight} requests in progress (limit {self.max_inflight}); retry later",
                               retry_after=self.retry_after)
-        length = next((v for k, v in scope.get("headers", ()) if k == b"content-length"), None)
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            return self._too_large()
         return None
-
-    def _too_large(self) -> TooLarge:
-        return TooLarge(f"request body exceeds {self.max_bytes} bytes", code="body_too_large")
-
-    def _limited(self, receive: Receive) -> Receive:
-        seen = 0
-
-        async def wrapped() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise self._too_large()
-            return message
-
-        return wrapped
 
 
 def drain_on_sigterm(state, on_term: Callable[[], None] | None = None) -> Callable[[], None]:
@@ -256,8 +235,6 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
-        if isinstance(exc.__cause__, TesseraError):  # raised while FastAPI read the body (size limit)
-            return error_response(exc.__cause__)
         if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI could not parse the body
             return error_response(body_parse_error(exc.__cause__))
         if exc.status_code == 404:

@@ -13,7 +13,7 @@ import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from core.api.encode import dumps
+from core.api.admission import send_error
 from core.errors import TesseraError
 
 log = logging.getLogger("tessera")
@@ -41,9 +41,4 @@ class UnhandledErrors:
             if started:
                 raise
             log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
-            error = TesseraError(f"internal error ({type(exc).__name__})")
-            body = dumps(error.body())
-            await send({"type": "http.response.start", "status": error.status,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
+            await send_error(send, TesseraError(f"internal error ({type(exc).__name__})"))
