@@ -173,8 +173,7 @@ class MediaFetcher:
     def __post_init__(self) -> None:
         self._allow = _AllowList.parse(self.limits.allow)
         self._fetched: dict[int, bytes] = {}  # input index -> body fetched by ``prefetch``
-        self._pixels = 0  # decoded so far in this request (the request's pixel budget)
-        self._audio_seconds = 0.0  # decoded so far in this request (after resampling)
+        self._spent: dict[str, float] = {}  # budget → what this request's items used of it so far
 
     # bytes -------------------------------------------------------------------------------------
     def load(self, ref: Any, *, index: int, accepted: frozenset[str]) -> bytes:
@@ -378,20 +377,21 @@ class MediaFetcher:
             raise Timeout(f"the request's deadline passed while preparing {_where(index)}")
 
     def _charge_pixels(self, pixels: int, index: int) -> None:
-        budget = self.limits.max_request_pixels
-        if self._pixels + pixels > budget:
-            raise TooLarge(f"{_where(index)}: the request's images hold more than {budget} pixels in all "
-                           f"(media_max_request_pixels); send fewer or smaller images per request",
-                           param="input", code="media_budget_exceeded")
-        self._pixels += pixels
+        self._charge("pixels", pixels, self.limits.max_request_pixels, index,
+                     f"the request's images hold more than {self.limits.max_request_pixels} pixels in all "
+                     "(media_max_request_pixels); send fewer or smaller images per request")
 
     def _charge_audio(self, seconds: float, index: int) -> None:
-        budget = self.limits.max_request_audio_seconds
-        if self._audio_seconds + seconds > budget:
-            raise TooLarge(f"{_where(index)}: the request's audio lasts more than {budget:g}s in all "
-                           f"(media_max_request_audio_seconds); send fewer or shorter clips per request",
-                           param="input", code="media_budget_exceeded")
-        self._audio_seconds += seconds
+        self._charge("audio", seconds, self.limits.max_request_audio_seconds, index,
+                     f"the request's audio lasts more than {self.limits.max_request_audio_seconds:g}s in all "
+                     "(media_max_request_audio_seconds); send fewer or shorter clips per request")
+
+    def _charge(self, budget: str, amount: float, limit: float, index: int, refusal: str) -> None:
+        """Add an item's share to one of the request's budgets, or refuse the item (413) past it."""
+        spent = self._spent.get(budget, 0) + amount
+        if spent > limit:
+            raise TooLarge(f"{_where(index)}: {refusal}", param="input", code="media_budget_exceeded")
+        self._spent[budget] = spent
 
 
 def decode_image(data: bytes, limits: MediaLimits, *, index: int, charge: Callable[[int, int], None] | None = None):
