@@ -26,6 +26,11 @@ class Encoded:
         return int(self.ids.shape[0])
 
 
+#: a token covers at least one byte of UTF-8, so a text has at most 4 tokens per character (before
+#: special tokens): texts short enough by this bound need no tokenization to know they fit
+MAX_TOKENS_PER_CHAR = 4
+
+
 def unencodable(texts: Sequence[str], param: str = "input") -> InvalidInput | None:
     """The error for the first text that is not valid Unicode (a lone surrogate such as JSON's
     ``"\\ud800"``, which no tokenizer can encode), or None."""
@@ -167,7 +172,7 @@ class TextTokenizer:
         specials = self._full.num_special_tokens_to_add(True)
         budget = self.max_length - specials
         bounded = {q: self._bounded_first(q, budget, truncate) for q in dict.fromkeys(q for q, _ in pairs)}
-        firsts = self._full.encode_batch([bounded[q] for q, _ in pairs], add_special_tokens=False)
+        firsts = _guarded(self._full.encode_batch, [bounded[q] for q, _ in pairs], "query", add_special_tokens=False)
         seconds = _guarded(self._full.encode_batch, [d for _, d in pairs], "documents", add_special_tokens=False)
         out = []
         for i, (a, b) in enumerate(zip(firsts, seconds)):
@@ -194,6 +199,8 @@ class TextTokenizer:
         """A pair's first text (the query, shared by every document) cut once to what any pair can keep,
         before pairing: a long query is tokenized once, not once per document, and no pair holds more
         than the model's length of it."""
+        if MAX_TOKENS_PER_CHAR * len(text) <= budget:  # too short to be over: not tokenized an extra time
+            return text
         enc = _guarded(self._full.encode_batch, [text], "query", add_special_tokens=False)[0]
         if len(enc.ids) <= budget:
             return text

@@ -13,7 +13,7 @@ from core.loading import ModelInfo, read_embed_pipeline
 from core.tasks.base import INLINE_PREPARE_CHARS, TextTask
 from core.tasks.dense import DenseLayer
 from core.tasks.prompts import resolve_prompt
-from core.tokenization import Encoded
+from core.tokenization import MAX_TOKENS_PER_CHAR, Encoded, unencodable
 
 
 @dataclass(slots=True)
@@ -140,6 +140,11 @@ class EmbedTask(TextTask):
         """A prompt longer than the model's window is tokenized once, not once per text: truncated,
         ``prompt + text`` is the prompt's own first tokens for every text (the texts never reach the
         window), and untruncated it is refused once. None: the prompt leaves room for the texts."""
+        error = unencodable([prompt], "prompt")
+        if error is not None:
+            raise error
+        if MAX_TOKENS_PER_CHAR * len(prompt) + 2 <= self.tokenizer.max_length + self.PROMPT_MARGIN:
+            return None  # too short to fill the window: not tokenized an extra time
         (alone,) = self.tokenizer.encode([prompt], truncate=False, check_length=False, param="prompt")
         if alone.cost <= self.tokenizer.max_length + self.PROMPT_MARGIN:
             return None
