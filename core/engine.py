@@ -131,16 +131,10 @@ class Engine:
     def healthy(self) -> bool:
         return self.consecutive_failures < UNHEALTHY_AFTER
 
-    def card(self) -> dict:
-        return {
-            "id": self.name,
-            "object": "model",
-            "created": 0,
-            "owned_by": "tessera",
-            "modalities": list(self.task.modalities),
-            **self.task.describe(),
-            **self.backend.describe(),
-        }
+    def describe(self) -> dict:
+        """What this engine is: its modalities, then what the task and the backend describe (the API's
+        model cards wrap this in their wire format)."""
+        return {"modalities": list(self.task.modalities), **self.task.describe(), **self.backend.describe()}
 
     async def start(self) -> None:
         await self.batcher.start()
@@ -211,9 +205,6 @@ class Registry:
                 param="model", code="unsupported_task",
             )
         return engine
-
-    def cards(self) -> list[dict]:
-        return [e.card() for e in self.engines.values()]
 
     @property
     def ready(self) -> bool:

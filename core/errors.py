@@ -53,6 +53,20 @@ class TooLarge(TesseraError):
     status, type, code = 413, "invalid_request_error", "too_large"
 
 
+class ClientClosed(TesseraError):
+    """The client went away before its answer was ready (nginx's 499); nobody reads this response."""
+
+    status, type, code = 499, "invalid_request_error", "client_closed_request"
+
+
+class HttpStatus(TesseraError):
+    """An HTTP error the framework raised outside our routes (e.g. Starlette's), in our error shape."""
+
+    def __init__(self, message: str, *, status: int):
+        super().__init__(message)
+        self.status = status
+
+
 class ValidationFailed(TesseraError):
     status, type, code = 422, "invalid_request_error", "validation_error"
 

@@ -117,20 +117,14 @@ class Tessera:
         return create_app(self.settings, registry=self.registry)
 
     @modal.method()
-    def embed_shard(self, texts: list[str], model: str | None = None):
-        """Bulk path: embed one shard without HTTP (float32 array, one row per text)."""
-        import numpy as np
+    async def embed_shard(self, texts: list[str], model: str | None = None):
+        """Bulk path: embed one shard without HTTP (float32 array, one row per text), through the same
+        batcher as the web requests, so concurrent shards share its token budget instead of each
+        running the model at once."""
+        from core.api.serving import Serving
+        from core.api.serving.embeddings import embed_texts
 
-        from core.api import protocol
-        from core.api.routes.embeddings import embed_request
-
-        engine = self.registry.get(model, "embeddings")
-        step = engine.batcher.max_batch_size
-        parts = []
-        for start in range(0, len(texts), step):
-            body = protocol.EmbeddingRequest(input=texts[start:start + step], model=model)
-            parts.append(engine.run_sync(embed_request(body, self.settings)).vectors)
-        return np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
+        return await embed_texts(Serving.of(self.settings, self.registry), texts, model)
 
 
 @app.function(volumes={MODELS_DIR: volume}, timeout=900)

@@ -22,9 +22,11 @@ from core.api.encode import dumps
 from core.api.admission import BodyReader, Drainer, InProgress
 from core.api.guard import UnhandledErrors
 from core.api.routes import router
+from core.api.serving import Serving
 from core.config import Settings
 from core.engine import Registry
 from core.errors import (
+    HttpStatus,
     InvalidInput,
     MethodNotAllowed,
     NotFound,
@@ -222,7 +224,8 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
     app.state.registry = registry
     app.state.metrics = metrics
     app.state.draining = False
-    app.state.calibrations = {}  # served name → core.quantize.Calibrations
+    #: what the routes call: request → engine → result (reads the registry the lifespan loads)
+    app.state.serving = Serving(settings, lambda: app.state.registry)
     app.include_router(router)
 
     @app.exception_handler(TesseraError)
@@ -241,9 +244,7 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
             return error_response(NotFound(f"no route {request.method} {request.url.path}"))
         if exc.status_code == 405:
             return error_response(MethodNotAllowed(f"method {request.method} not allowed on {request.url.path}"))
-        err = TesseraError(str(exc.detail))
-        err.status = exc.status_code
-        return error_response(err)
+        return error_response(HttpStatus(str(exc.detail), status=exc.status_code))
 
     # the last guard (a bug, not bad input) answers inside Starlette's, which would drop the connection
     app.add_middleware(UnhandledErrors)

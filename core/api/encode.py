@@ -1,11 +1,17 @@
-"""Response bodies built straight from numpy arrays: no per-float Python objects on the hot path."""
+"""Wire shapes over the serving layer's results (OpenAI, Infinity, Cohere, TEI), built straight from
+numpy arrays: no per-float Python objects on the hot path."""
 
 from __future__ import annotations
 
 import base64
+import time
+import uuid
+from typing import Any, Sequence
 
 import numpy as np
 import orjson
+
+from core.api.serving import Served
 
 _OPTS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -39,6 +45,113 @@ def embedding_list(vectors: np.ndarray, encoding_format: str, model: str, prompt
 
 def usage(tokens: int) -> dict:
     return {"prompt_tokens": tokens, "total_tokens": tokens}
+
+
+def response_id(kind: str) -> tuple[str, int]:
+    return f"{kind}-{uuid.uuid4().hex}", int(time.time())
+
+
+def ranked(scores: np.ndarray, top_n: int | None = None) -> list[int]:
+    """Indices by descending score (ties keep input order), cut to ``top_n``."""
+    order = np.argsort(-scores, kind="stable").tolist()
+    return order[:top_n] if top_n is not None else order
+
+
+def openai_embeddings(served: Served, encoding_format: str) -> dict:
+    result = served.result
+    return embedding_list(result.vectors, encoding_format, served.engine.name, result.prompt_tokens)
+
+
+def openai_sparse(served: Served, return_tokens: bool) -> dict:
+    result = served.result
+    tokens_of = served.engine.task.token_strings if return_tokens else None
+    return sparse_list(result.vectors, served.engine.name, result.prompt_tokens, tokens_of)
+
+
+def rerank_list(served: Served, documents: Sequence[Any], top_n: int | None, return_documents: bool) -> dict:
+    """Infinity's and Cohere v1's rerank shape; ``document`` is what the request sent for it."""
+    scores = served.result.scores
+    results = []
+    for j in ranked(scores, top_n):
+        item = {"index": j, "relevance_score": float(scores[j])}
+        if return_documents:
+            item["document"] = documents[j]
+        results.append(item)
+    rid, created = response_id("rerank")
+    return {"object": "rerank", "id": rid, "created": created, "results": results, "model": served.engine.name,
+            "usage": usage(served.result.prompt_tokens)}
+
+
+def cohere_rerank(served: Served, texts: Sequence[str], top_n: int | None, return_documents: bool) -> dict:
+    """Cohere v2: ``{id, results: [{index, relevance_score, document?: {text}}], meta}``."""
+    scores = served.result.scores
+    results = []
+    for j in ranked(scores, top_n):
+        item = {"index": j, "relevance_score": float(scores[j])}
+        if return_documents:
+            item["document"] = {"text": texts[j]}
+        results.append(item)
+    rid, _ = response_id("rerank")
+    return {"id": rid, "results": results,
+            "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1},
+                     "tokens": {"input_tokens": served.result.prompt_tokens, "output_tokens": 0}}}
+
+
+def tei_rerank(served: Served, texts: Sequence[str], return_text: bool) -> list:
+    """TEI: ``[{index, score, text?}]`` sorted by score."""
+    scores = served.result.scores
+    out = []
+    for j in ranked(scores):
+        item = {"index": j, "score": float(scores[j])}
+        if return_text:
+            item["text"] = texts[j]
+        out.append(item)
+    return out
+
+
+def score_list(served: Served) -> dict:
+    data = [{"object": "score", "index": i, "score": float(s)} for i, s in enumerate(served.result.scores)]
+    return {"object": "list", "data": data, "model": served.engine.name, "usage": usage(served.result.prompt_tokens)}
+
+
+def classify_list(served: Served, columns: list[int], top_k: int | None) -> dict:
+    """Infinity's classify shape: per input, ``{label, score}`` best first, over the columns asked for."""
+    labels = served.engine.task.labels
+    sub = np.asarray(columns)
+    data = []
+    for row in served.result.scores:
+        order = sub[np.argsort(-row[sub], kind="stable")].tolist()
+        if top_k is not None:
+            order = order[:top_k]
+        data.append([{"label": labels[j], "score": float(row[j])} for j in order])
+    rid, created = response_id("classify")
+    return {"object": "classify", "id": rid, "created": created, "data": data, "model": served.engine.name,
+            "usage": usage(served.result.prompt_tokens)}
+
+
+def tei_predict(served: Served, single: bool) -> list:
+    labels = served.result.labels
+    out = [[{"score": float(row[j]), "label": labels[j]} for j in ranked(row)] for row in served.result.scores]
+    return out[0] if single else out
+
+
+def token_list(served: Served) -> dict:
+    """``/v1/tokenize``: ids, token strings and counts per text."""
+    rows = served.result
+    data = [{"object": "tokens", "index": i, "ids": [p.id for p in row], "tokens": [p.text for p in row],
+             "count": len(row)} for i, row in enumerate(rows)]
+    tokenizer = served.engine.task.tokenizer
+    return {"object": "list", "data": data, "model": served.engine.name, "max_length": tokenizer.max_length,
+            "usage": usage(sum(len(row) for row in rows))}
+
+
+def tei_tokens(served: Served) -> list:
+    return [[{"id": p.id, "text": p.text, "special": p.special, "start": p.start, "stop": p.stop} for p in row]
+            for row in served.result]
+
+
+def model_list(cards: list[dict]) -> dict:
+    return {"object": "list", "data": cards}
 
 
 def sparse_list(vectors, model: str, prompt_tokens: int, tokens_of=None) -> dict:

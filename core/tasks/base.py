@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from core.errors import Unsupported
 from core.loading import ModelInfo
 from core.tokenization import TextTokenizer, pad_batch
 
@@ -71,6 +72,11 @@ class Task:
 
     def finish(self, request: Any, items: Sequence[Item], results: list[Any]) -> Any:
         raise NotImplementedError
+
+    def shape(self, vectors: np.ndarray, request: Any) -> np.ndarray:
+        """Single-vector embedding tasks: the request's ``dimensions`` and ``normalize`` applied to full,
+        unnormalized vectors (what ``finish`` does; the int8/uint8 calibration reuses it)."""
+        raise Unsupported(f"the {self.name} task returns no single-vector embeddings")
 
     def describe(self) -> dict:
         """What ``/v1/models`` shows of the task."""

@@ -76,6 +76,15 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(norms, 1e-12)
 
 
+def shape_vectors(vectors: np.ndarray, dimensions: int | None, normalize: bool) -> np.ndarray:
+    """Matryoshka truncation to ``dimensions``, then L2 normalization: contiguous float32 rows."""
+    if dimensions is not None:
+        vectors = vectors[:, :dimensions]
+    if normalize:
+        vectors = l2_normalize(vectors)
+    return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
 class EmbedTask(TextTask):
     name: ClassVar[str] = "embed"
     head: ClassVar[str] = "encoder"
@@ -171,12 +180,11 @@ class EmbedTask(TextTask):
 
     def finish(self, request: EmbedRequest, items: Sequence[Encoded], results: list[np.ndarray]) -> EmbedResult:
         vectors = np.stack(results) if results else np.zeros((0, self.dimension or 0), np.float32)
+        return EmbedResult(self.shape(vectors, request), sum(it.cost for it in items))
+
+    def shape(self, vectors: np.ndarray, request: EmbedRequest) -> np.ndarray:
         normalize = self.pipeline.normalize if request.normalize is None else request.normalize
-        if request.dimensions is not None:
-            vectors = vectors[:, : request.dimensions]
-        if normalize:
-            vectors = l2_normalize(vectors)
-        return EmbedResult(np.ascontiguousarray(vectors, dtype=np.float32), sum(it.cost for it in items))
+        return shape_vectors(vectors, request.dimensions, normalize)
 
     def describe(self) -> dict:
         return {

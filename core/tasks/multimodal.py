@@ -22,10 +22,10 @@ from typing import ClassVar, Mapping, Sequence
 import numpy as np
 
 from core.config import ModelSpec
-from core.errors import BackendFailure, InvalidInput, TooLarge, require
+from core.errors import BackendFailure, InvalidInput, TooLarge, Unsupported, require
 from core.loading import ModelInfo
 from core.tasks.base import Task
-from core.tasks.embed import EmbedRequest, EmbedResult, l2_normalize
+from core.tasks.embed import EmbedRequest, EmbedResult, l2_normalize, shape_vectors
 
 
 #: 1-D per-item arrays padded to the batch's longest item (everything else is stacked as is)
@@ -187,11 +187,13 @@ class MultiModalEmbedTask(Task):
         if self.multi_vector:
             return EmbedResult([l2_normalize(v) if normalize else v for v in results], tokens)
         vectors = np.stack(results) if results else np.zeros((0, self.dimension or 0), np.float32)
-        if request.dimensions is not None:
-            vectors = vectors[:, : request.dimensions]
-        if normalize:
-            vectors = l2_normalize(vectors)
-        return EmbedResult(np.ascontiguousarray(vectors, dtype=np.float32), tokens)
+        return EmbedResult(shape_vectors(vectors, request.dimensions, normalize), tokens)
+
+    def shape(self, vectors: np.ndarray, request: EmbedRequest) -> np.ndarray:
+        if self.multi_vector:
+            raise Unsupported(f"the {self.name} model returns multi-vector embeddings")
+        normalize = self.default_normalize if request.normalize is None else request.normalize
+        return shape_vectors(vectors, request.dimensions, normalize)
 
     def describe(self) -> dict:
         return {

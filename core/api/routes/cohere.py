@@ -7,31 +7,17 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from core.api import protocol
-from core.api.encode import dumps
-from core.api.routes.common import JSONBytes, registry_of, settings_of
-from core.api.routes.inputs import check_positive, document_texts, response_id
-from core.api.routes.rerank import ranked, scores_for
+from core.api.encode import cohere_rerank, dumps
+from core.api.http import JSONBytes, deadline_for, serving_of, until_disconnect
+from core.api.serving import ranking
 
 router = APIRouter()
 
 
 @router.post("/v2/rerank", responses=protocol.ERROR_RESPONSES, summary="Rerank (Cohere v2 shape)", tags=["cohere"])
-async def cohere_rerank(body: protocol.CohereRerankRequest, request: Request) -> Response:
-    engine = registry_of(request).get(body.model, "rerank")
-    texts = document_texts(body.documents, settings_of(request))
-    check_positive(body.top_n, "top_n")
-    check_positive(body.max_tokens_per_doc, "max_tokens_per_doc")
-    result = await scores_for(request, engine, body.query, texts, max_tokens_per_doc=body.max_tokens_per_doc)
-    results = []
-    for j in ranked(result.scores, body.top_n):
-        item = {"index": j, "relevance_score": float(result.scores[j])}
-        if body.return_documents:
-            item["document"] = {"text": texts[j]}
-        results.append(item)
-    rid, _ = response_id("rerank")
-    return JSONBytes(dumps({
-        "id": rid,
-        "results": results,
-        "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1},
-                 "tokens": {"input_tokens": result.prompt_tokens, "output_tokens": 0}},
-    }))
+async def rerank_v2(body: protocol.CohereRerankRequest, request: Request) -> Response:
+    serving = serving_of(request)
+    work = ranking.rerank(serving, body.model, body.query, body.documents, deadline=deadline_for(request, serving),
+                          max_tokens_per_doc=body.max_tokens_per_doc, top_n=body.top_n)
+    served, texts = await until_disconnect(request, work)
+    return JSONBytes(dumps(cohere_rerank(served, texts, body.top_n, body.return_documents)))

@@ -1,0 +1,92 @@
+"""What the service says about its models (``/v1/models``, readiness, TEI's ``/info``), and tokenizing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from core.api.serving.context import Served, Serving
+from core.api.serving.inputs import text_list
+from core.config import Settings
+from core.engine import Engine, Registry
+from core.errors import NotReady, Timeout
+from core.tasks.classify import labels_of
+
+
+def card(engine: Engine) -> dict:
+    """One ``/v1/models`` entry: OpenAI's fields, then what the engine describes of itself."""
+    return {"id": engine.name, "object": "model", "created": 0, "owned_by": "tessera", **engine.describe()}
+
+
+def cards(serving: Serving) -> list[dict]:
+    return [card(e) for e in serving.registry.engines.values()]
+
+
+def readiness(registry: Registry, draining: bool) -> dict:
+    """``/ready``'s answer; raises ``NotReady`` (503) naming what is not ready."""
+    models = {name: ("ready" if e.healthy else f"unhealthy: {e.last_error}") for name, e in registry.engines.items()}
+    models.update({name: f"failed to load: {f.error}" for name, f in registry.failed.items()})
+    if draining:
+        raise NotReady("server is shutting down")
+    if not registry.ready:
+        bad = {k: v for k, v in models.items() if v != "ready"}
+        raise NotReady(f"not ready: {bad or 'no models loaded'}")
+    return {"status": "ready", "models": models}
+
+
+def first_engine(serving: Serving, model: str | None, capability: str) -> Engine:
+    """TEI's ``/tokenize`` and ``/info``: every text model has them; without a model name the first
+    served model answers (a TEI process serves one)."""
+    registry = serving.registry
+    if model is None and registry.engines:
+        model = next(iter(registry.engines))
+    return registry.get(model, capability)
+
+
+async def tokenize(serving: Serving, engine: Engine, inputs: str | list[str], *, add_special_tokens: bool,
+                   deadline: float, param: str = "input") -> Served:
+    """Untruncated token pieces per text, off the event loop, with the limits of the other routes: the
+    texts' limits, tokens per request (413), the deadline (504)."""
+    texts = text_list(inputs, param, serving.settings)
+    work = asyncio.to_thread(engine.task.tokenizer.pieces, texts, add_special_tokens=add_special_tokens,
+                             max_tokens=serving.settings.max_tokens_per_request)
+    try:
+        pieces = await asyncio.wait_for(work, max(deadline - time.monotonic(), 0.0))
+    except TimeoutError:
+        raise Timeout("the request's deadline passed while tokenizing") from None
+    return Served(engine, pieces)
+
+
+def tei_model_type(engine: Engine) -> dict:
+    task = engine.task
+    if task.name in ("rerank", "classify"):
+        labels = labels_of(task.info.config)
+        kind = "reranker" if task.name == "rerank" else "classifier"
+        return {kind: {"id2label": {str(i): lab for i, lab in enumerate(labels)},
+                       "label2id": {lab: i for i, lab in enumerate(labels)}}}
+    if task.name == "sparse":
+        return {"embedding": {"pooling": "splade"}}
+    # the pooling in force (the spec's `pooling` override included), as the task describes it
+    return {"embedding": {"pooling": task.describe().get("pooling") or task.info.pooling}}
+
+
+def tei_info(engine: Engine, settings: Settings, version: str) -> dict:
+    """TEI's ``/info`` for one engine."""
+    spec = engine.spec
+    return {
+        "model_id": engine.name,
+        "model_sha": None,
+        "model_dtype": spec.dtype,
+        "model_type": tei_model_type(engine),
+        "max_concurrent_requests": spec.max_queue_items,
+        "max_input_length": engine.task.info.max_length,
+        "max_batch_tokens": spec.batch_tokens,
+        "max_batch_requests": spec.max_batch_size,
+        "max_client_batch_size": settings.max_items_per_request,
+        "auto_truncate": True,
+        "tokenization_workers": settings.threads,
+        "version": version,
+        "backend": engine.backend.describe().get("backend"),
+        "task": engine.task.name,
+        "capabilities": sorted(engine.task.capabilities),
+    }
