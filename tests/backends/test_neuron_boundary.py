@@ -64,7 +64,7 @@ def test_compile_script_without_optimum_exits_with_the_fix(minilm_dir, tmp_path)
     proc = subprocess.run([sys.executable, "scripts/compile_neuron.py", str(minilm_dir), str(tmp_path / "o")],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
-    assert "pip install 'tessera[neuron]'" in proc.stderr
+    assert "pip install -e '.[neuron]'" in proc.stderr
     assert not (tmp_path / "o").exists()
 
 
@@ -79,7 +79,7 @@ def test_neuron_model_fails_alone_with_the_fix(minilm_static_buckets_dir, minilm
     settings = Settings(threads=2, models=[neuron_spec, ModelSpec(path=minilm_dir, name="on-torch", backend="torch")])
     registry = Registry.from_settings(settings)
     assert list(registry.engines) == ["on-torch"]
-    assert "pip install 'tessera[neuron]'" in registry.failed["on-neuron"].error
+    assert "pip install -e '.[neuron]'" in registry.failed["on-neuron"].error
 
 
 def test_neuron_refuses_a_cuda_device(minilm_static_buckets_dir):

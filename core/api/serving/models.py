@@ -81,7 +81,7 @@ def tei_info(engine: Engine, settings: Settings, version: str) -> dict:
         "max_concurrent_requests": spec.max_queue_items,
         "max_input_length": engine.task.info.max_length,
         "max_batch_tokens": spec.batch_tokens,
-        "max_batch_requests": spec.max_batch_size,
+        "max_batch_requests": engine.max_batch_size,  # the effective limit (a compiled backend's own)
         "max_client_batch_size": settings.max_items_per_request,
         "auto_truncate": True,
         "tokenization_workers": settings.threads,
