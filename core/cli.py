@@ -6,11 +6,13 @@ options given on the command line win over the environment.
 
 from __future__ import annotations
 
-import math
-
 import argparse
+import math
+import os
+import sys
 
-from core.config import ModelSpec, Settings
+from core.config import ModelSpec, Settings, settings_from_env
+from core.errors import ConfigError
 
 _SKIP = {"models"}  # given as --model / --models-json
 
@@ -58,12 +60,16 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             for spec in specs:
                 spec["backend"] = args.backend
         given["models"] = specs
-    return Settings(**given)
+    return settings_from_env(os.environ, **given)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    settings = settings_from_args(args)
+    try:
+        settings = settings_from_args(args)
+    except ConfigError as exc:
+        print(f"tessera: {exc.message}", file=sys.stderr)
+        return 2
     import uvicorn
 
     from core.api.app import create_app

@@ -7,13 +7,19 @@ settings (``{"models": [...], ...}``). Environment variables win over the file.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Mapping, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
+from pydantic_settings.sources.utils import parse_env_vars
+
+from core.errors import ConfigError
 
 
 
@@ -228,5 +234,82 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        path = init_settings.init_kwargs.get("config") or os.environ.get("TESSERA_CONFIG")
+        environ = _ENVIRON.get()
+        if environ is not None:  # built by settings_from_env: that mapping, not the process's environment
+            env_settings = _MappingEnvSource(settings_cls, environ)
+        path = init_settings.init_kwargs.get("config") or (environ if environ is not None else os.environ).get(
+            "TESSERA_CONFIG")
         return (init_settings, env_settings, _ConfigFileSource(settings_cls, path), file_secret_settings)
+
+
+#: the environment ``settings_from_env`` is reading (None: Settings() reads os.environ, as pydantic does)
+_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("tessera_settings_environ", default=None)
+
+
+class _MappingEnvSource(EnvSettingsSource):
+    """``TESSERA_*`` variables from a given mapping."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]):
+        self._environ = environ
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return parse_env_vars(self._environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
+
+
+S = TypeVar("S", bound=Settings)
+
+
+def settings_from_env(environ: Mapping[str, str], cls: type[S] = Settings, **overrides: Any) -> S:
+    """The one way a surface builds its settings, once, at its edge: ``TESSERA_*`` variables from
+    ``environ``, the file ``TESSERA_CONFIG`` names, and ``overrides`` (e.g. command-line options) over
+    both. Problems are raised together as one :class:`ConfigError`, one line each."""
+    token = _ENVIRON.set(environ)
+    try:
+        return cls(**overrides)
+    except ValidationError as exc:
+        raise ConfigError([_problem(cls, error) for error in exc.errors()]) from None
+    except SettingsError as exc:
+        raise ConfigError([_settings_problem(exc)]) from None
+    except (OSError, ValueError) as exc:  # the config file: missing, unreadable, not YAML/JSON
+        raise ConfigError([f"TESSERA_CONFIG: {exc}"]) from None
+    finally:
+        _ENVIRON.reset(token)
+
+
+def _suggestion(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _problem(cls: type[BaseSettings], error: dict) -> str:
+    """One line for one pydantic error: where (as the user wrote it), the value, and what to do."""
+    loc = [p for p in error.get("loc", ()) if p != "__root__"]
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".") or "settings"
+    if loc and loc[0] in cls.model_fields and len(loc) == 1:
+        where = f"{loc[0]} (env TESSERA_{str(loc[0]).upper()})"
+    value = error.get("input")
+    if loc and "api_key" in str(loc[0]):
+        shown = "a value not shown: keys are secrets"
+    elif not isinstance(value, (dict, list)) or len(repr(value)) < 80:
+        shown = repr(value)
+    else:
+        shown = type(value).__name__
+    if error.get("type") == "extra_forbidden":
+        owner = ModelSpec if len(loc) > 1 and loc[0] == "models" else cls
+        hint = _suggestion(str(loc[-1]), list(owner.model_fields))
+        return f"{where}: unknown option{hint}"
+    message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"{where}: {message} (got {shown})"
+
+
+def _settings_problem(exc: SettingsError) -> str:
+    """pydantic-settings could not parse a variable (e.g. TESSERA_MODELS that is not valid JSON)."""
+    text = str(exc)
+    field = text.split('"')[1] if text.count('"') >= 2 else ""
+    cause = exc.__cause__
+    if field:
+        detail = f": {cause}" if cause is not None else ""
+        return f"TESSERA_{field.upper()}: not valid JSON{detail}"
+    return text
+

@@ -113,6 +113,14 @@ class Timeout(TesseraError):
     status, type, code = 504, "timeout_error", "deadline_exceeded"
 
 
+class ConfigError(TesseraError):
+    """Settings that cannot be used: one line per problem (field, value, a suggestion)."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in problems))
+        self.problems = problems
+
+
 class MissingDependency(TesseraError):
     """An optional dependency is absent; the message names the extra to install."""
 

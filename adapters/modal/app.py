@@ -92,20 +92,18 @@ class Tessera:
         import importlib
 
         from core.backends.registry import BACKENDS, resolve_name
-        from core.config import Settings
+        from core.config import settings_from_env
 
-        self.settings = Settings()
+        self.settings = settings_from_env(os.environ)  # the container's edge: once, here
         for spec in self.settings.model_specs():
             importlib.import_module(BACKENDS[resolve_name(spec)][0])
 
     @modal.enter(snap=False)
     def load(self) -> None:
         """After the snapshot, with the GPU attached: load every model onto its device."""
-        from core.config import Settings
         from core.engine import Registry
         from core.logs import configure_logging
 
-        self.settings = getattr(self, "settings", None) or Settings()
         configure_logging(self.settings.log_level)
         self.registry = Registry.from_settings(self.settings)
 

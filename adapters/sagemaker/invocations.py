@@ -36,6 +36,7 @@ import orjson
 from fastapi import APIRouter, FastAPI, Request
 from starlette.responses import Response
 
+from adapters.sagemaker.models import SAGEMAKER_MAX_RESPONSE_BYTES
 from adapters.sagemaker.jsonlines import (DEFAULT_CONCURRENCY, JSONLINES, JSONLINES_TYPES, assemble, run_records,
                                           split_records)
 from core.api.app import create_app
@@ -50,8 +51,6 @@ NPY = "application/x-npy"
 #: routes whose JSON answer can be re-encoded as one (n, d) float32 array
 NPY_ROUTES = frozenset({"embeddings"})
 _JSON_TYPES = frozenset({JSON, "text/json"}) | JSONLINES_TYPES
-#: SageMaker's limit on a real-time endpoint's response (InvokeEndpoint): 6 MB
-SAGEMAKER_MAX_RESPONSE_BYTES = 6 * 1024 * 1024
 _ANY = frozenset({"*/*", "application/*"})
 
 
