@@ -20,9 +20,10 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from core.errors import BackendFailure, NotReady, Overloaded, TesseraError, Timeout
+from core.tracing import NO_TRACER
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,10 @@ class _Request:
     deadline: float | None
     enqueued: float
     cancelled: bool = False
+    #: tracing on: the caller's trace context and enqueue time (wall clock, ns); queue span recorded yet
+    trace: Any = None
+    enqueued_ns: int = 0
+    queue_traced: bool = False
 
     def done(self) -> bool:
         return self.cancelled or self.future.done()
@@ -81,6 +86,8 @@ class Batcher:
         on_error: Callable[[BaseException], None] | None = None,
         on_success: Callable[[], None] | None = None,
         on_drop: Callable[[str], None] | None = None,
+        tracer: Any = NO_TRACER,
+        span_attributes: Mapping[str, Any] | None = None,
     ):
         self._fn = fn
         self.max_batch_tokens = max_batch_tokens
@@ -94,6 +101,9 @@ class Batcher:
         self._on_error = on_error
         self._on_success = on_success
         self._on_drop = on_drop
+        #: core.tracing: queue and batch spans into each request's trace (NO_TRACER: nothing, no cost)
+        self._tracer = tracer
+        self._span_attributes = dict(span_attributes or {})
         self._queue: list[_Slot] = []
         self._running: set[asyncio.Task] = set()
         self._active = 0  # batches dispatched and not yet finished
@@ -168,6 +178,8 @@ class Batcher:
         loop = asyncio.get_running_loop()
         now = time.monotonic()
         req = _Request(loop.create_future(), [None] * n, n, deadline, now)
+        if self._tracer.enabled:
+            req.trace, req.enqueued_ns = self._tracer.context(), time.time_ns()
         self._queue.extend(_Slot(req, i, item, int(c), group) for i, (item, c) in enumerate(zip(items, costs)))
         self._wakeup.set()
         try:
@@ -214,6 +226,8 @@ class Batcher:
         )
         now = time.monotonic()
         stats.queue_seconds = [now - s.request.enqueued for s in batch]
+        started_ns = time.time_ns() if self._tracer.enabled else 0
+        error: BaseException | None = None
         try:
             results = await loop.run_in_executor(self._executor, self._fn, [s.item for s in batch])
             if len(results) != len(batch):
@@ -222,11 +236,13 @@ class Batcher:
             self._fail(batch, NotReady("server is shutting down"))
             raise
         except TesseraError as exc:
+            error = exc
             self._report_error(exc)
             self._fail(batch, exc)
             return
         except Exception as exc:  # a backend/runtime fault: fail this batch's requests only
             log.exception("batch of %d items failed on model %s", len(batch), self.name)
+            error = exc
             self._report_error(exc)
             self._fail(batch, BackendFailure(f"inference failed: {type(exc).__name__}: {exc}"))
             return
@@ -234,6 +250,8 @@ class Batcher:
             self._active -= 1
             self._free.release()
             self._wakeup.set()  # the loop may be holding a partial batch back until this one ends
+            if started_ns:
+                self._trace_batch(batch, stats, started_ns, error)
         stats.run_seconds = time.monotonic() - now
         if self._on_success:
             self._on_success()
@@ -247,6 +265,24 @@ class Batcher:
             req.remaining -= 1
             if req.remaining == 0:
                 req.future.set_result(req.results)
+
+    def _trace_batch(self, batch: list[_Slot], stats: BatchStats, started_ns: int, error: BaseException | None) -> None:
+        """Into the trace of each request with items in this batch: its time in the queue (until its
+        first batch started, once) and this batch (size and padded tokens of the whole batch)."""
+        ended_ns = time.time_ns()
+        attributes = {**self._span_attributes, "tessera.batch.size": stats.size,
+                      "tessera.batch.tokens": stats.tokens, "tessera.batch.padded_tokens": stats.padded_tokens}
+        counts: dict[_Request, int] = {}
+        for slot in batch:
+            counts[slot.request] = counts.get(slot.request, 0) + 1
+        for req, mine in counts.items():
+            if req.trace is None:
+                continue
+            if not req.queue_traced:
+                req.queue_traced = True
+                self._tracer.record("queue", req.trace, req.enqueued_ns, started_ns, self._span_attributes)
+            self._tracer.record("batch", req.trace, started_ns, ended_ns,
+                                {**attributes, "tessera.batch.request_items": mine}, error)
 
     def _full_batch_queued(self) -> bool:
         """Enough queued for a full batch (by count or, unpadded, by tokens)?"""

@@ -12,10 +12,10 @@ import json
 import os
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal, Mapping, TypeVar
+from typing import Annotated, Any, Literal, Mapping, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 from pydantic_settings.sources.utils import parse_env_vars
 
@@ -186,6 +186,53 @@ class Settings(BaseSettings):
         description="host names or networks (CIDR) fetched despite the private/loopback/link-local guard "
         "(JSON list, e.g. [\"127.0.0.1/32\"])",
     )
+
+    # operations (docs/operations.md)
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="log lines as text, or one JSON object per line (uvicorn's own lines too)")
+    access_log: bool = Field(default=True, description="one log line per request (logger tessera.access): "
+                             "method, route, status, duration, request id, model, inputs, tokens; never input")
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="origins allowed to call from a browser (CORS), comma-separated or a "
+        "JSON list, e.g. https://app.example.com; '*' allows any; empty: no CORS headers at all")
+    root_path: str = Field(default="", description="path prefix a proxy strips before forwarding (e.g. /tessera): "
+                           "links in /docs and the OpenAPI servers carry it")
+    url_prefix: str = Field(default="", description="serve every route under this prefix (e.g. /v2 → "
+                            "/v2/v1/embeddings, /v2/health), as Infinity's --url-prefix")
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _origins(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origin_shape(cls, origins: list[str]) -> list[str]:
+        normal = []
+        for origin in origins:
+            origin = origin.strip().rstrip("/")
+            if origin != "*":
+                scheme, sep, rest = origin.partition("://")
+                if not sep or scheme.lower() not in ("http", "https") or not rest or "/" in rest:
+                    raise ValueError(f"{origin!r} is not an origin: scheme://host[:port] (no path), or '*'")
+                origin = f"{scheme.lower()}://{rest.lower()}"
+            normal.append(origin)
+        return normal
+
+    @field_validator("root_path", "url_prefix")
+    @classmethod
+    def _path_prefix(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        if value and not value.startswith("/"):
+            value = "/" + value
+        if any(c in value for c in "?#") or "//" in value:
+            raise ValueError(f"{value!r} is not a path prefix like /tessera")
+        return value
 
     @field_validator("models", mode="before")
     @classmethod

@@ -8,11 +8,17 @@ from core.api.app import create_app
 from core.config import settings_from_env
 from core.errors import ConfigError
 from core.logs import configure_logging
+from core.tracing import tracer_from_env
 
 try:
     settings = settings_from_env(os.environ)
 except ConfigError as exc:
     print(f"tessera: {exc.message}", file=sys.stderr)
     raise SystemExit(2) from None
-configure_logging(settings.log_level)
-app = create_app(settings)
+configure_logging(settings.log_level, fmt=settings.log_format)
+try:
+    tracer = tracer_from_env(os.environ)
+except ConfigError as exc:
+    print(f"tessera: {exc.message}", file=sys.stderr)
+    raise SystemExit(2) from None
+app = create_app(settings, tracer=tracer)

@@ -17,6 +17,8 @@ from core.config import ModelSpec, Settings
 from core.errors import ModelNotFound, NotReady, OutOfMemory, TesseraError, TooLarge, Unsupported
 from core.loading import detect_task, read_model_info
 from core.metrics import Metrics
+from core.tracing import NO_TRACER, NoTracer, OtelTracer
+from core.request_context import note_work
 from core.tasks import create_task
 from core.tasks.base import Task
 
@@ -27,8 +29,10 @@ UNHEALTHY_AFTER = 3
 
 
 class Engine:
-    def __init__(self, spec: ModelSpec, task: Task, backend: Backend, *, settings: Settings, metrics: Metrics | None = None):
+    def __init__(self, spec: ModelSpec, task: Task, backend: Backend, *, settings: Settings, metrics: Metrics | None = None,
+                 tracer: NoTracer | OtelTracer = NO_TRACER):
         self.spec = spec
+        self.tracer = tracer
         self.name = spec.served_name
         self.task = task
         self.backend = backend
@@ -51,10 +55,13 @@ class Engine:
             on_error=self._on_error,
             on_success=self._on_success,
             on_drop=self._on_drop,
+            tracer=tracer,
+            span_attributes={"tessera.model": self.name, "tessera.backend": backend.name, "tessera.device": spec.device},
         )
 
     @classmethod
-    def load(cls, spec: ModelSpec, settings: Settings, metrics: Metrics | None = None) -> "Engine":
+    def load(cls, spec: ModelSpec, settings: Settings, metrics: Metrics | None = None,
+             tracer: NoTracer | OtelTracer = NO_TRACER) -> "Engine":
         """Read the folder, build the task, load the backend (blocking: call from a thread at start-up)."""
         backend = create_backend(spec)
         info = read_model_info(spec.path, max_length=spec.max_length)
@@ -71,19 +78,26 @@ class Engine:
         task = create_task(task_name, info, spec)
         backend.load(spec.path, head=task.head, device=spec.device, dtype=spec.dtype,
                      threads=spec.threads or settings.threads)
-        return cls(spec, task, backend, settings=settings, metrics=metrics)
+        return cls(spec, task, backend, settings=settings, metrics=metrics, tracer=tracer)
 
     # serving ---------------------------------------------------------------------------------
     async def __call__(self, request: Any, *, deadline: float | None = None) -> Any:
         """fetch (event loop, media URLs) → prepare (worker thread) → batch (inference thread) → finish."""
+        tracer = self.tracer
         if self.task.fetches_inputs:
-            await self.task.fetch_inputs(request)
-        if self.task.prepare_inline(request):  # cheaper than a thread hop: tokenize a few short texts on the loop
-            items = self.task.prepare(request)
-        else:
-            items = await asyncio.get_running_loop().run_in_executor(self._prep, self.task.prepare, request)
+            with tracer.span("media.fetch", {"tessera.model": self.name}):
+                await self.task.fetch_inputs(request)
+        with tracer.span("tokenize", {"tessera.model": self.name}) as span:
+            if self.task.prepare_inline(request):  # cheaper than a thread hop: tokenize a few short texts on the loop
+                items = self.task.prepare(request)
+            else:
+                items = await asyncio.get_running_loop().run_in_executor(self._prep, self.task.prepare, request)
+            costs = [it.cost for it in items]
+            if span is not None:
+                span.set_attribute("tessera.inputs", len(items))
+                span.set_attribute("tessera.tokens", sum(costs))
         group = self.task.batch_group(request)
-        costs = [it.cost for it in items]
+        note_work(self.name, len(items), sum(costs))
         if sum(costs) > self.max_tokens_per_request:
             raise TooLarge(f"the request holds {sum(costs)} tokens; the limit is {self.max_tokens_per_request}",
                            code="too_many_tokens")
@@ -158,13 +172,14 @@ class Registry:
     _loop: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def from_settings(cls, settings: Settings, metrics: Metrics | None = None) -> "Registry":
+    def from_settings(cls, settings: Settings, metrics: Metrics | None = None,
+                      tracer: NoTracer | OtelTracer = NO_TRACER) -> "Registry":
         """Load every configured model. A model that fails to load is recorded; the others serve."""
         registry = cls()
         for spec in settings.model_specs():
             started = time.monotonic()
             try:
-                engine = Engine.load(spec, settings, metrics)
+                engine = Engine.load(spec, settings, metrics, tracer)
             except TesseraError as exc:
                 log.error("model %s failed to load: %s", spec.served_name, exc.message)
                 registry.failed[spec.served_name] = FailedModel(spec, exc.message)
@@ -175,6 +190,10 @@ class Registry:
                 continue
             log.info("loaded %s (%s) in %.1fs", spec.served_name, engine.backend.describe(), time.monotonic() - started)
             registry.engines[spec.served_name] = engine
+        if metrics is not None:
+            for name in registry.failed:
+                metrics.model_load_failures.labels(name).inc()
+            metrics.models_loaded.set(len(registry.engines))
         return registry
 
     def get(self, served_name: str | None, capability: str) -> Engine:

@@ -1,10 +1,80 @@
-"""Logging set-up for the process entry points. Request text and media are never logged."""
+"""Logging set-up for the process entry points. Request text and media are never logged.
 
+``fmt="text"`` (the default) writes ``time level logger: message``; ``fmt="json"`` writes every line as
+one JSON object (:class:`JsonFormatter`), uvicorn's own loggers included. Lines logged while a request
+is in progress carry its ``request_id``; the access line (logger ``tessera.access``, one per request)
+carries its fields in the record's ``fields`` (see ``core.api.observability``)."""
+
+from __future__ import annotations
+
+import datetime
+import json
 import logging
+from typing import Any
+
+from core import request_context
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+#: the loggers of uvicorn, which set up handlers of their own unless told not to
+UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
 
 
-def configure_logging(level: str = "info") -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def configure_logging(level: str = "info", *, fmt: str = "text") -> None:
+    if fmt == "json":
+        handler = logging.StreamHandler()
+        handler.setFormatter(JsonFormatter())
+        logging.basicConfig(level=_level(level), handlers=[handler], force=True)
+        for name in UVICORN_LOGGERS:  # a server configured before us (uvicorn core.dev:app): ours instead
+            uvicorn_logger = logging.getLogger(name)
+            uvicorn_logger.handlers.clear()
+            uvicorn_logger.propagate = True
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(TextFormatter(TEXT_FORMAT))
+    logging.basicConfig(level=_level(level), handlers=[handler])  # as before: a configured root is kept
+
+
+def uvicorn_log_options(fmt: str) -> dict[str, Any]:
+    """``uvicorn.run`` keywords: in JSON, uvicorn keeps its hands off logging (its loggers go through
+    :func:`configure_logging`'s handler); in text, its own set-up."""
+    return {"log_config": None} if fmt == "json" else {}
+
+
+def _level(level: str) -> int:
+    return getattr(logging, level.upper(), logging.INFO)
+
+
+class TextFormatter(logging.Formatter):
+    """The text format, with a record's ``fields`` appended as ``key=value``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        fields = getattr(record, "fields", None)
+        if fields:
+            line += " " + " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
+        return line
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``time`` (UTC, ISO 8601), ``level``, ``logger``, ``message``, the
+    current request's ``request_id``, a record's ``fields``, and ``exception`` (its traceback)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc).isoformat(
+                timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        request_id = request_context.request_id()
+        if request_id is not None:
+            entry["request_id"] = request_id
+        fields = getattr(record, "fields", None)
+        if fields:
+            entry.update(fields)
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(entry, default=str, ensure_ascii=False)

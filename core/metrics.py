@@ -44,6 +44,18 @@ class Metrics:
         self.dropped = Counter(
             "tessera_dropped_items", "queued items dropped before inference", ["model", "reason"], registry=r
         )
+        # what an operator alerts on (docs/operations.md has example rules)
+        self.rejected = Counter(
+            "tessera_rejected_requests", "requests refused or cut short, by reason: queue_full, inflight_limit, "
+            "draining, not_ready, timeout, body_timeout, body_too_large, too_large, too_many_tokens, unauthorized",
+            ["reason"], registry=r,
+        )
+        self.inflight = Gauge("tessera_inflight_requests", "requests in progress (the in-flight cap counts these)",
+                              registry=r)
+        self.model_load_failures = Counter(
+            "tessera_model_load_failures", "models that failed to load at start-up", ["model"], registry=r
+        )
+        self.models_loaded = Gauge("tessera_models_loaded", "models loaded and serving", registry=r)
 
     def observe_batch(self, model: str, stats: "BatchStats", depth: int) -> None:
         self.batch_size.labels(model).observe(stats.size)

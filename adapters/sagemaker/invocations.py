@@ -43,6 +43,7 @@ from core.api.app import create_app
 from core.config import Settings
 from core.engine import Registry
 from core.errors import InvalidInput, NotFound, TesseraError, TooLarge
+from core.tracing import NO_TRACER, NoTracer, OtelTracer
 from core.tasks.base import AUXILIARY_CAPABILITIES
 
 CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
@@ -290,11 +291,12 @@ def _only_capability(request: Request) -> str:
 
 def create_sagemaker_app(settings: Settings, registry: Registry | None = None, *, default_route: str | None = None,
                          max_response_bytes: int = SAGEMAKER_MAX_RESPONSE_BYTES,
-                         record_concurrency: int = DEFAULT_CONCURRENCY) -> FastAPI:
+                         record_concurrency: int = DEFAULT_CONCURRENCY,
+                         tracer: NoTracer | OtelTracer = NO_TRACER) -> FastAPI:
     """The one app (``core.api.app.create_app``) plus ``/ping`` (SageMaker's health check: no API key,
     answered while draining), ``/invocations`` and ``/execution-parameters``.
     ``max_response_bytes``: 0 = no response-size guard."""
-    app = create_app(settings, registry, health_paths={"/ping"})
+    app = create_app(settings, registry, health_paths={"/ping"}, tracer=tracer)
     app.include_router(build_router(default_route, max_response_bytes=max_response_bytes,
                                     record_concurrency=record_concurrency))
     return app

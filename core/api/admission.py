@@ -18,9 +18,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.api.encode import dumps
 from core.errors import NotReady, RequestTimeout, TesseraError, TooLarge
+from core.request_context import note_error
 
 
 async def send_error(send: Send, error: TesseraError, *, close: bool = False) -> None:
+    note_error(error.code)
     body = dumps(error.body())
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in error.headers().items()]

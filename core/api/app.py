@@ -20,7 +20,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.api.encode import dumps
 from core.api.admission import BodyReader, Drainer, InProgress
+from core.api.cors import Cors
 from core.api.guard import UnhandledErrors
+from core.api.observability import Observability, Tracing
+from core.api.paths import Prefixes, route_path
 from core.api.routes import router
 from core.api.serving import Serving
 from core.config import Settings
@@ -37,6 +40,8 @@ from core.errors import (
     ValidationFailed,
 )
 from core.metrics import Metrics
+from core.request_context import note_error, note_rejection
+from core.tracing import NO_TRACER, NoTracer, OtelTracer
 
 log = logging.getLogger("tessera")
 
@@ -47,6 +52,7 @@ SERVICE_PATHS = frozenset({"/health", "/ready", "/metrics"})
 
 
 def error_response(exc: TesseraError) -> Response:
+    note_error(exc.code)
     return Response(dumps(exc.body()), status_code=exc.status, media_type="application/json", headers=exc.headers())
 
 
@@ -95,7 +101,7 @@ class Gate:
         self.inflight = 0
 
     def _authorized(self, scope: Scope) -> bool:
-        if not self.keys or scope["path"] in self.open_paths:
+        if not self.keys or route_path(scope) in self.open_paths:
             return True
         # a Bearer token wins; x-api-key / api-key otherwise (also when Authorization carries a SigV4
         # signature, as for AWS_IAM function URLs), whatever the order of the headers
@@ -133,7 +139,7 @@ class Gate:
                     scope, receive, send_wrapper
                 )
                 return
-            if scope["path"] in self.service_paths:
+            if route_path(scope) in self.service_paths:
                 await self.app(scope, receive, send_wrapper)
                 return
             refusal = self._refusal(scope)
@@ -141,18 +147,22 @@ class Gate:
                 await error_response(refusal)(scope, receive, send_wrapper)
                 return
             self.inflight += 1
+            self.metrics.inflight.inc()
             try:
                 await self.app(scope, receive, send_wrapper)
             finally:
                 self.inflight -= 1
+                self.metrics.inflight.dec()
         finally:
             route = scope.get("route")
             self.metrics.observe_request(getattr(route, "path", "unmatched"), status, time.perf_counter() - started)
 
     def _refusal(self, scope: Scope) -> TesseraError | None:
         if self.state.draining:
+            note_rejection("draining")
             return NotReady("server is shutting down; retry on another instance")
         if self.inflight >= self.max_inflight:
+            note_rejection("inflight_limit")
             return Overloaded(f"{self.inflight} requests in progress (limit {self.max_inflight}); retry later",
                               retry_after=self.retry_after)
         return None
@@ -185,11 +195,12 @@ def drain_on_sigterm(state, on_term: Callable[[], None] | None = None) -> Callab
 
 
 def create_app(settings: Settings, registry: Registry | None = None, *, metrics: Metrics | None = None,
-               health_paths: Iterable[str] = ()) -> FastAPI:
+               health_paths: Iterable[str] = (), tracer: NoTracer | OtelTracer = NO_TRACER) -> FastAPI:
     """Build the app. With ``registry`` given (Lambda: built at init), the lifespan only starts batchers;
     otherwise the lifespan loads the models from ``settings`` in a worker thread. ``health_paths``: a
     platform's own health checks (added by its adapter), answered like ``/health``: without an API key,
-    outside the in-flight cap, while draining."""
+    outside the in-flight cap, while draining. ``tracer``: ``core.tracing.tracer_from_env(environ)`` at
+    the edge (the app shuts it down, exporting what is buffered, when it stops)."""
     metrics = metrics or Metrics()
     in_progress = InProgress(retry_after_s=settings.retry_after_s)
     grace = settings.shutdown_grace_s
@@ -197,7 +208,7 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         if app.state.registry is None:
-            app.state.registry = await asyncio.to_thread(Registry.from_settings, settings, metrics)
+            app.state.registry = await asyncio.to_thread(Registry.from_settings, settings, metrics, tracer)
         await app.state.registry.start()
         loop = asyncio.get_running_loop()
         term_at: list[float] = []
@@ -217,6 +228,7 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
             # the grace counts from SIGTERM: what the connections used of it, the batchers do not get again
             left = grace if not term_at else max(0.0, term_at[0] + grace - time.monotonic())
             await app.state.registry.stop(drain=left > 0, timeout=left)
+            tracer.shutdown()
 
     app = FastAPI(
         title="Tessera",
@@ -258,4 +270,12 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
     # outermost: a request takes an in-flight slot only once its whole body has arrived
     app.add_middleware(BodyReader, max_bytes=settings.max_request_bytes, timeout_s=settings.request_body_timeout_s)
     app.add_middleware(Drainer, in_progress=in_progress)
+    # outside the admission: paths, CORS preflights (no API key), the trace, the request id on every answer
+    if settings.root_path or settings.url_prefix:
+        app.add_middleware(Prefixes, root_path=settings.root_path, url_prefix=settings.url_prefix)
+    if settings.cors_origins:
+        app.add_middleware(Cors, origins=settings.cors_origins)
+    if tracer.enabled:
+        app.add_middleware(Tracing, tracer=tracer)
+    app.add_middleware(Observability, metrics=metrics, access=settings.access_log)
     return app

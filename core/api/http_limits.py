@@ -68,8 +68,12 @@ def bounded_httptools(max_header_bytes: int):
             self._refused = True
             body = (b'{"error":{"message":"request line and headers exceed ' + str(max_header_bytes).encode()
                     + b' bytes","type":"invalid_request_error","param":null,"code":"headers_too_large"}}')
+            from core.api.observability import request_id
+
+            rid = request_id(self.headers or ()).encode()  # the caller's, if it arrived before the limit
             self.transport.write(
                 b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+                b"x-request-id: " + rid + b"\r\n"
                 b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
             self.transport.close()
             self._in_head = False

@@ -1,0 +1,156 @@
+"""The outermost middleware: request ids, the access log line and refusal metrics (:class:`Observability`),
+and, with tracing on, the request's span (:class:`Tracing`).
+
+- ``X-Request-Id``: the caller's, kept to the characters in :data:`SAFE` and :data:`MAX_REQUEST_ID`
+  characters, or a new one (32 hex digits); echoed on every response, errors and refusals included,
+  and carried by the request's log lines and span.
+- One access line per request (logger ``tessera.access``): method, route, path, status, duration,
+  request id, model, inputs and tokens. Never input text, never a key (no header is logged).
+- ``tessera_rejected_requests_total{reason}``: each refusal (401, 408, 413, 429, 503, 504) by reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from core import request_context
+from core.metrics import Metrics
+from core.request_context import RequestRecord
+
+access_log = logging.getLogger("tessera.access")
+
+MAX_REQUEST_ID = 128
+#: what a request id keeps of the caller's value (others are dropped): safe in headers, logs and URLs
+SAFE = re.compile(rb"[^A-Za-z0-9._:=+/@-]")
+
+#: statuses that are refusals, counted by reason
+REFUSALS = frozenset({401, 408, 413, 429, 503, 504})
+#: reason of a refusal by its error code (a reason noted by whoever refused wins)
+REASONS = {
+    "overloaded": "queue_full",
+    "deadline_exceeded": "timeout",
+    "request_timeout": "body_timeout",
+    "invalid_api_key": "unauthorized",
+}
+
+
+def request_id(headers) -> str:
+    """The caller's ``X-Request-Id`` made safe, or a new id when it sent none (or nothing safe)."""
+    for name, value in headers:
+        if name == b"x-request-id":
+            cleaned = SAFE.sub(b"", value[: MAX_REQUEST_ID * 4])[:MAX_REQUEST_ID]
+            if cleaned:
+                return cleaned.decode("ascii")
+            break
+    return uuid.uuid4().hex
+
+
+def route_of(scope: Scope) -> str:
+    route = scope.get("route")
+    return getattr(route, "path", None) or "unmatched"
+
+
+class Observability:
+    def __init__(self, app: ASGIApp, *, metrics: Metrics, access: bool = True) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.access = access
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        path = scope.get("path")  # as the client sent it (inner layers may move a prefix into root_path)
+        rid = request_id(scope.get("headers", ()))
+        scope.setdefault("state", {})["request_id"] = rid  # request.state.request_id
+        record = RequestRecord(rid)
+        token = request_context.current.set(record)
+        id_header = (b"x-request-id", rid.encode("ascii"))
+        status = 0
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = [h for h in message.get("headers", ()) if h[0].lower() != b"x-request-id"]
+                message = {**message, "headers": [*headers, id_header]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            try:
+                if status in REFUSALS:
+                    code = record.error_code or str(status)
+                    self.metrics.rejected.labels(record.reason or REASONS.get(code, code)).inc()
+                if self.access:
+                    self._log(scope, path, record, status, time.perf_counter() - started)
+            finally:
+                request_context.current.reset(token)
+
+    @staticmethod
+    def _log(scope: Scope, path: str | None, record: RequestRecord, status: int, seconds: float) -> None:
+        route = route_of(scope)
+        fields = {
+            "method": scope.get("method"), "route": route, "path": path,
+            "status": status or None,  # None: the client left before any answer
+            "duration_ms": round(seconds * 1000, 2), "request_id": record.request_id,
+            "model": record.model, "inputs": record.inputs, "tokens": record.tokens,
+        }
+        if record.error_code:
+            fields["error"] = record.error_code
+        access_log.info("%s %s %s", scope.get("method"), route, status or "-", extra={"fields": fields})
+
+
+class Tracing:
+    """The request's SERVER span, joined to the caller's ``traceparent``: its route, model, status,
+    request id, inputs and tokens. Installed only when tracing is on."""
+
+    def __init__(self, app: ASGIApp, *, tracer) -> None:
+        self.app = app
+        self.tracer = tracer
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        tracer = self.tracer
+        method = scope.get("method", "")
+        record = request_context.current.get()
+        attributes = {"http.request.method": method, "url.path": scope.get("path", ""),  # before any prefix move
+                      "url.scheme": scope.get("scheme", "http")}
+        if record is not None:
+            attributes["tessera.request_id"] = record.request_id
+        status = 0
+
+        async def tracked(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        with tracer.server_span(method, tracer.extract(scope.get("headers", ())), attributes) as span:
+            try:
+                await self.app(scope, receive, tracked)
+            finally:
+                route = scope.get("route")
+                if route is not None:
+                    span.update_name(f"{method} {route.path}")
+                    span.set_attribute("http.route", route.path)
+                if status:
+                    span.set_attribute("http.response.status_code", status)
+                if record is not None:
+                    if record.model is not None:
+                        span.set_attribute("tessera.model", record.model)
+                    span.set_attribute("tessera.inputs", record.inputs)
+                    span.set_attribute("tessera.tokens", record.tokens)
+                    if record.error_code:
+                        span.set_attribute("error.type", record.error_code)
+                if not status or status >= 500:
+                    tracer.fail(span, str(status or "no response"))
