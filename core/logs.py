@@ -26,8 +26,9 @@ def configure_logging(level: str = "info", *, fmt: str = "text") -> None:
         logging.basicConfig(level=_level(level), handlers=[handler], force=True)
         for name in UVICORN_LOGGERS:  # a server configured before us (uvicorn core.dev:app): ours instead
             uvicorn_logger = logging.getLogger(name)
-            uvicorn_logger.handlers.clear()
-            uvicorn_logger.propagate = True
+            if uvicorn_logger.handlers:  # (one it turned off, e.g. --no-access-log, has none: stays off)
+                uvicorn_logger.handlers.clear()
+                uvicorn_logger.propagate = True
         return
     handler = logging.StreamHandler()
     handler.setFormatter(TextFormatter(TEXT_FORMAT))
