@@ -121,6 +121,8 @@ class RerankRequest(_Request):
     # TEI fields, used when 'texts' is sent
     return_text: bool = False
     max_tokens_per_doc: int | None = Field(default=None, description="Cohere: clip each document to N tokens")
+    instruction: str | None = Field(default=None, description="LLM rerankers: the task instruction of the prompt "
+                                    "(default: the model's)")
 
 
 class RerankResult(BaseModel):
@@ -147,6 +149,7 @@ class CohereRerankRequest(_Request):
     top_n: int | None = None
     max_tokens_per_doc: int | None = None
     return_documents: bool = False
+    instruction: str | None = Field(default=None, description="LLM rerankers: the task instruction of the prompt")
 
 
 class ClassifyRequest(_Request):

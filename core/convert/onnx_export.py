@@ -212,7 +212,11 @@ def export_folder(
     dst.mkdir(parents=True, exist_ok=True)
     copy_model_files(src, dst)
     onnx_file = dst / "onnx" / "model.onnx"
-    export_head(src, onnx_file, head or head_for_folder(src), opset=opset)
+    head = head or head_for_folder(src)
+    export_head(src, onnx_file, head, opset=opset)
+    st_config = dst / "config_sentence_transformers.json"
+    if head == "causal-lm" and not st_config.exists():  # an LLM reranker stays one, whatever the folder's name
+        st_config.write_text(json.dumps({"model_type": "CrossEncoder"}, indent=2) + "\n")
     config = json.loads((src / "config.json").read_text())
     modes = ("fast",) if int8 is True else tuple(int8 or ())
     for mode in modes:  # quantize the plain graph: the quantizer cannot type the fused contrib ops

@@ -21,7 +21,8 @@ async def cohere_rerank(body: protocol.CohereRerankRequest, request: Request) ->
     texts = document_texts(body.documents, settings_of(request))
     check_positive(body.top_n, "top_n")
     check_positive(body.max_tokens_per_doc, "max_tokens_per_doc")
-    result = await scores_for(request, engine, body.query, texts, max_tokens_per_doc=body.max_tokens_per_doc)
+    result = await scores_for(request, engine, body.query, texts, max_tokens_per_doc=body.max_tokens_per_doc,
+                              instruction=body.instruction)
     results = []
     for j in ranked(result.scores, body.top_n):
         item = {"index": j, "relevance_score": float(result.scores[j])}

@@ -18,10 +18,10 @@ router = APIRouter()
 
 
 async def scores_for(request: Request, engine, query: str, texts: list[str], *, raw_scores: bool = False,
-                     truncate: bool = True, max_tokens_per_doc: int | None = None):
+                     truncate: bool = True, max_tokens_per_doc: int | None = None, instruction: str | None = None):
     settings = settings_of(request)
     task_request = RerankRequest(query=query, documents=texts, raw_scores=raw_scores, truncate=truncate,
-                                 max_tokens_per_doc=max_tokens_per_doc)
+                                 max_tokens_per_doc=max_tokens_per_doc, instruction=instruction)
     return await serve_until_disconnect(request, engine(task_request, deadline=deadline_for(request, settings)))
 
 
@@ -46,7 +46,8 @@ async def rerank(body: protocol.RerankRequest, request: Request) -> Response:
     check_positive(body.top_n, "top_n")
     check_positive(body.max_tokens_per_doc, "max_tokens_per_doc")
     result = await scores_for(request, engine, body.query, texts, raw_scores=body.raw_scores,
-                              truncate=body.truncate, max_tokens_per_doc=body.max_tokens_per_doc)
+                              truncate=body.truncate, max_tokens_per_doc=body.max_tokens_per_doc,
+                              instruction=body.instruction)
     results = []
     for j in ranked(result.scores, body.top_n):
         item = {"index": j, "relevance_score": float(result.scores[j])}

@@ -119,6 +119,7 @@ async def tei_rerank(body: protocol.RerankRequest, request: Request) -> Response
     check_texts(texts, settings_of(request), "texts")
     result = await _run(request, engine, RerankRequest(
         query=body.query, documents=texts, raw_scores=body.raw_scores, truncate=body.truncate,
+        instruction=body.instruction,
     ))
     order = np.argsort(-result.scores, kind="stable")
     out = []
