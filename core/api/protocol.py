@@ -19,6 +19,25 @@ class _Request(BaseModel):
 EmbeddingInput = Union[str, list[str], list[int], list[list[int]]]
 
 
+class Chunking(_Request):
+    """Long texts: windows of ``size`` tokens overlapping by ``overlap``, one vector per text (their
+    token-weighted mean)."""
+
+    size: int | None = Field(default=None, gt=0, description="tokens per window; default: the model's max length")
+    overlap: int = Field(default=0, ge=0, description="tokens shared by consecutive windows")
+
+
+class LateChunking(_Request):
+    """Late chunking: one pass over the whole context, one vector per chunk (the mean of its token vectors)."""
+
+    spans: list[list[int]] | None = Field(
+        default=None, description="character spans [start, end) of the chunks in the one input text; "
+        "default: the inputs are the chunks, joined by 'separator'")
+    separator: str = Field(default=" ", description="what joins the input chunks into one context")
+    overlap: int = Field(default=0, ge=0, description="tokens shared by the windows of a context longer "
+                         "than the model's max length")
+
+
 class EmbeddingRequest(_Request):
     input: EmbeddingInput = Field(description="a string, a list of strings, or token-id arrays")
     model: str | None = Field(default=None, description="served model name; optional with one model")
@@ -42,6 +61,9 @@ class EmbeddingRequest(_Request):
     input_type: str | None = Field(
         default=None, description="multi-vector models: 'query' or 'document' (default); Cohere's search_query/search_document too"
     )
+    chunking: Chunking | None = Field(default=None, description="embed long texts in windows (docs/text-tasks.md)")
+    late_chunking: bool | LateChunking | None = Field(
+        default=None, description="one vector per chunk of one context (true: the inputs are the chunks)")
 
 
 class Embedding(BaseModel):

@@ -31,6 +31,9 @@ class EmbedRequest:
     input_type: str | None = None  # "query" | "document" (late interaction encodes them differently)
     #: what a multi-output model returns: "dense" (/v1/embeddings) or "sparse" (the sparse routes)
     output: str = "dense"
+    #: long inputs (core/tasks/chunking.py): windows pooled into one vector per text, or one vector per chunk
+    chunking: Any = None  # ChunkOptions
+    late_chunking: Any = None  # LateChunkOptions
 
 
 @dataclass(slots=True)
@@ -116,6 +119,12 @@ class EmbedTask(TextTask):
                 f"dimensions={request.dimensions} exceeds the model's dimension {self.dimension}",
                 param="dimensions",
             )
+        if request.chunking is not None or request.late_chunking is not None:
+            from core.tasks import chunking
+
+            if request.late_chunking is not None:
+                return chunking.prepare_late(self, request)
+            return chunking.prepare_chunked(self, request)
         prompt = resolve_prompt(self.info, self.spec, request.prompt, request.prompt_name)
         if request.token_ids is not None:
             if request.prompt is not None or request.prompt_name is not None:
@@ -167,15 +176,28 @@ class EmbedTask(TextTask):
         pooled = pool(hidden, mask, self.pipeline.pooling).astype(np.float32, copy=False)
         for step in self.steps:  # Dense modules (and a Normalize between them), in module order
             pooled = l2_normalize(pooled) if step == "normalize" else step(pooled)
-        return list(pooled)
+        results = list(pooled)
+        for row, item in enumerate(items):
+            keep = getattr(item, "keep", None)  # a late-chunking window: its token vectors, pooled per chunk later
+            if keep is not None:
+                results[row] = hidden[row, keep].astype(np.float32)
+        return results
 
     def finish(self, request: EmbedRequest, items: Sequence[Encoded], results: list[np.ndarray]) -> EmbedResult:
+        if request.late_chunking is not None:
+            from core.tasks.chunking import finish_late
+
+            results = list(finish_late(self, items, results))
         vectors = np.stack(results) if results else np.zeros((0, self.dimension or 0), np.float32)
         normalize = self.pipeline.normalize if request.normalize is None else request.normalize
         if request.dimensions is not None:
             vectors = vectors[:, : request.dimensions]
         if normalize:
             vectors = l2_normalize(vectors)
+        if request.chunking is not None:
+            from core.tasks.chunking import finish_chunked
+
+            vectors = finish_chunked(request, items, vectors, normalize)
         return EmbedResult(np.ascontiguousarray(vectors, dtype=np.float32), sum(it.cost for it in items))
 
     def describe(self) -> dict:

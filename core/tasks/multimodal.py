@@ -26,6 +26,7 @@ from core.errors import BackendFailure, InvalidInput, TooLarge, require
 from core.loading import ModelInfo
 from core.tasks.base import Task
 from core.tasks.embed import EmbedRequest, EmbedResult, l2_normalize
+from core.tasks.chunking import refuse_long_input_options
 
 
 #: 1-D per-item arrays padded to the batch's longest item (everything else is stacked as is)
@@ -79,6 +80,7 @@ class MultiModalEmbedTask(Task):
 
     # worker thread ------------------------------------------------------------------------------
     def prepare(self, request: EmbedRequest) -> list[MediaItem]:
+        refuse_long_input_options(request, self.name)
         modality = request.modality
         if modality not in self.modalities:
             raise InvalidInput(

@@ -16,6 +16,7 @@ from core.loading import ModelInfo
 from core.tasks.embed import EmbedRequest
 from core.tasks.base import TextTask
 from core.tokenization import Encoded
+from core.tasks.chunking import refuse_long_input_options
 
 
 @dataclass(slots=True)
@@ -50,6 +51,7 @@ class SparseTask(TextTask):
         super().__init__(info, spec)
 
     def prepare(self, request: EmbedRequest) -> list[Encoded]:
+        refuse_long_input_options(request, self.name)
         if request.token_ids is not None:
             return self.tokenizer.from_ids(request.token_ids, truncate=request.truncate)
         return self.tokenizer.encode(request.texts or [], truncate=request.truncate)

@@ -12,6 +12,7 @@ from core.api.routes.inputs import check_count, check_prompt, check_texts
 from core.config import Settings
 from core.errors import InvalidInput
 from core.quantize import CALIBRATION_TEXTS, Calibrations, quantize
+from core.tasks.chunking import long_input_options
 from core.tasks.embed import EmbedRequest
 
 router = APIRouter()
@@ -58,9 +59,11 @@ def embed_request(body: protocol.EmbeddingRequest, settings: Settings, deadline:
         check_prompt(body.prompt, texts, settings)
     else:
         check_count(len(token_ids), settings, "input")
+    chunking, late_chunking = long_input_options(body.chunking, body.late_chunking)
     return EmbedRequest(
         texts=texts, token_ids=token_ids, truncate=body.truncate, normalize=body.normalize,
         dimensions=body.dimensions, prompt=body.prompt, prompt_name=body.prompt_name, input_type=body.input_type,
+        chunking=chunking, late_chunking=late_chunking,
     )
 
 
