@@ -174,3 +174,16 @@ def test_ensure_started_is_once_per_loop_and_refuses_a_second_loop(minilm_dir, p
     finally:
         loop.run_until_complete(registry.stop(drain=False))
         loop.close()
+
+
+def test_threads_per_worker_in_multi_concurrency_mode(lambda_module):
+    threads_for = lambda_module.threads_for
+    assert threads_for({"AWS_LAMBDA_MAX_CONCURRENCY": "4"}, cpus=8) == 2
+    assert threads_for({"AWS_LAMBDA_MAX_CONCURRENCY": "3"}, cpus=8) == 2
+    assert threads_for({"AWS_LAMBDA_MAX_CONCURRENCY": "16"}, cpus=8) == 1
+    # the memory rule is standard Lambda's; a multi-concurrency environment counts its own vCPUs
+    assert threads_for({"AWS_LAMBDA_MAX_CONCURRENCY": "1", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1769"}, cpus=4) == 4
+    assert threads_for({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "3008"}, cpus=64) == 2
+    assert threads_for({"AWS_LAMBDA_MAX_CONCURRENCY": "4", "TESSERA_THREADS": "3"}, cpus=8) is None
+    settings, _ = lambda_module.lambda_settings({"AWS_LAMBDA_MAX_CONCURRENCY": "2"})
+    assert settings.threads == max(1, lambda_module.available_cpus() // 2)
