@@ -50,15 +50,17 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-import orjson
+_init_started = time.monotonic()  # init is timed from here: the imports below are part of it
 
-from core.api.app import create_app
-from core.api.lifecycle import StartBatchers
-from core.config import ModelSpec, Settings, default_model_path
-from core.engine import Registry
-from core.errors import InvalidInput, MissingDependency, TesseraError, TooLarge, require
-from core.logs import configure_logging
-from core.tasks.embed import EmbedTask
+import orjson  # noqa: E402
+
+from core.api.app import create_app  # noqa: E402
+from core.api.lifecycle import StartBatchers  # noqa: E402
+from core.config import ModelSpec, Settings, default_model_path  # noqa: E402
+from core.engine import Registry  # noqa: E402
+from core.errors import InvalidInput, MissingDependency, TesseraError, TooLarge, require  # noqa: E402
+from core.logs import configure_logging  # noqa: E402
+from core.tasks.embed import EmbedTask  # noqa: E402
 
 log = logging.getLogger("tessera.lambda")
 
@@ -298,7 +300,6 @@ def check_loaded(registry: Registry) -> None:
 
 
 # --- init: once per execution environment ------------------------------------------------------
-_init_started = time.monotonic()
 settings, response_limit = lambda_settings(os.environ)
 deadline_margin_s = float(os.environ.get("TESSERA_LAMBDA_DEADLINE_MARGIN_S", DEADLINE_MARGIN_S))
 configure_logging(settings.log_level)

@@ -57,6 +57,14 @@ class _Pending:
     outcome: Outcome | None = None
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):  # a stopped client is expected
+            super().handle_error(request, client_address)
+
+
 class RuntimeAPI:
     def __init__(self, idle_timeout: float = 120.0):
         self.idle_timeout = idle_timeout
@@ -67,8 +75,7 @@ class RuntimeAPI:
         self.init_error_headers: list[dict[str, str]] = []
         self.next_calls = 0
         self._init_error_seen = threading.Event()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", 0), self._handler_class())
         self._thread = threading.Thread(target=self.server.serve_forever, name="runtime-api", daemon=True)
 
     @property
