@@ -11,10 +11,11 @@ import math
 import os
 import sys
 
+from core.backends.registry import BACKENDS
 from core.config import ModelSpec, Settings, settings_from_env
 from core.errors import ConfigError
 
-_SKIP = {"models"}  # given as --model / --models-json
+_SKIP = {"models"}  # given as --model (or TESSERA_MODELS / a config file for full specs)
 
 
 def _parse_model(value: str) -> dict:
@@ -27,22 +28,32 @@ def _parse_model(value: str) -> dict:
     return spec
 
 
+def _default_text(field) -> str:
+    """The default as a user would type it (the option's own default is None, so the environment wins)."""
+    value = field.get_default(call_default_factory=True)
+    if value is None or value == [] or value == {}:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"{value} on this machine" if field.default_factory is not None else str(value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m core", description="Tessera: serve embedding models")
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="serve models over HTTP (uvicorn)",
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    serve = sub.add_parser("serve", help="serve models over HTTP (uvicorn)")
     serve.add_argument("--model", action="append", default=[], metavar="PATH[:NAME]",
                        help="a model folder to serve, optionally with its served name (repeatable); "
                             "env TESSERA_MODELS (JSON list of specs with more fields: "
                             + ", ".join(ModelSpec.model_fields) + ")")
-    serve.add_argument("--backend", default=None, help="backend for every --model: auto | torch | onnx")
+    serve.add_argument("--backend", default=None,
+                       help="backend for every --model: " + " | ".join(["auto", *BACKENDS]) + " (default auto)")
     for name, field in Settings.model_fields.items():
         if name in _SKIP:
             continue
         env = f"TESSERA_{name.upper()}"
         flag = "--" + name.replace("_", "-")
-        help_text = f"{field.description or name} (env {env})"
+        help_text = f"{field.description or name} (env {env}; default {_default_text(field)})".replace("%", "%%")
         if field.annotation is bool:
             serve.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif name == "api_keys":
