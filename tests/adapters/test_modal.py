@@ -1,5 +1,8 @@
-"""Modal: the app file imports offline without credentials; the class's enter hooks, web app and bulk
-method work locally; the App definition carries the GPU, Volume, scaling and concurrency settings."""
+"""Modal, with the real ``modal`` package: the app file imports offline without credentials; the enter
+hooks run in Modal's snapshot phases (found by Modal's own lookup) and the snapshot phase leaves torch
+and the weights in memory; no API key reaches the image or the app's definition; the web app and the
+bulk method work locally; the App definition carries the GPU, Volume, secret, scaling and concurrency
+settings."""
 
 from __future__ import annotations
 
@@ -10,7 +13,10 @@ import sys
 
 import numpy as np
 
-from tests.adapters.conftest import MODAL_APP, modal_instance
+import pytest
+
+from tests.adapters.conftest import (MODAL_APP, MODAL_ENV, load_by_path, modal_env, modal_instance,
+                                     modal_restore_phase, modal_snapshot_phase)
 from tests.adapters.contract import MODEL, THREE
 from tests.support.server import ROOT
 
@@ -57,12 +63,15 @@ def test_app_definition_carries_gpu_volume_and_concurrency(modal_module):
     assert "tessera-models" in repr(spec.volumes["/models"])
     assert options["gpu"] == ["L40S", "A100", "L4"]
     assert options["max_concurrent_inputs"] == 32  # TESSERA_MODAL_MAX_INPUTS
+    # the autoscaler's target: a new container starts at 24 busy slots, not when all 32 are taken
+    assert options["target_concurrent_inputs_int"] == 24
     assert options["min_containers"] == 1 and options["max_containers"] == 4
     assert options["scaledown_window"] == 300
     assert options["enable_memory_snapshot"] is True
-    assert Flags.ENTER_PRE_SNAPSHOT in hooks["import_runtime"].flags
+    assert Flags.ENTER_PRE_SNAPSHOT in hooks["load_weights"].flags
     assert Flags.ENTER_POST_SNAPSHOT in hooks["load"].flags
     assert hooks["web"].params.webhook_config.type == api_pb2.WEBHOOK_TYPE_ASGI_APP
+    assert hooks["web"].params.webhook_config.requires_proxy_auth is False  # TESSERA_MODAL_PROXY_AUTH unset
     assert Flags.CALLABLE_INTERFACE in hooks["embed_shard"].flags
     # the container sees the same configuration through its environment
     env = json.loads(json.dumps(modal_module.CONTAINER_ENV))
@@ -93,3 +102,135 @@ def test_bulk_helpers(modal_module, tmp_path):
     texts = modal_module.read_texts(str(source))
     assert texts == ["plain line", "json line", "last"]
     assert modal_module.shards(texts, 2) == [["plain line", "json line"], ["last"]]
+
+
+# --- memory snapshot: what the snapshot phase leaves in memory ----------------------------------
+
+SNAPSHOT_PHASES = r"""
+import asyncio, json, sys
+sys.path.insert(0, sys.argv[2])
+from tests.adapters.conftest import load_by_path, modal_hooks
+
+report = {}
+module = load_by_path("tessera_modal_app", __import__("pathlib").Path(sys.argv[1]))
+report["torch_after_import"] = "torch" in sys.modules
+obj = module.Tessera._get_user_cls()()
+cuda_calls = []
+QUERIES = {"is_available", "device_count", "_lazy_init", "init", "current_device", "get_device_properties",
+           "set_device", "_device_count_nvml", "is_bf16_supported"}
+
+def watch(frame, event, arg):  # torch.cuda's queries (torch caches "no GPU" once asked) while the hook runs
+    code = frame.f_code
+    if event == "call" and code.co_name in QUERIES and "/torch/cuda/" in code.co_filename:
+        cuda_calls.append(code.co_name)
+
+sys.setprofile(watch)
+for hook in modal_hooks(obj, "snapshot"):
+    hook()
+sys.setprofile(None)
+report["torch_after_snapshot"] = "torch" in sys.modules
+
+import torch
+report["cuda_initialized"] = torch.cuda.is_initialized()
+report["cuda_calls"] = cuda_calls
+staged = obj.snapshot_registry
+report["snapshot_engines"] = sorted(staged.engines)
+report["snapshot_failed"] = sorted(staged.failed)
+model = staged.engines["minilm-torch"].backend._eager
+report["snapshot_params"] = sorted({f"{p.device.type}/{p.dtype}" for p in model.parameters()})
+report["snapshot_param_count"] = sum(p.numel() for p in model.parameters())
+
+# after restore: a GPU would be attached; this machine has only its CPU, so the move is recorded with
+# the spec's device and dtype, then made to the device the machine has
+from core.backends.torch import TorchBackend
+moves, move = [], TorchBackend.to_device
+def to_device(self, device, dtype=None):
+    moves.append([device, dtype])
+    move(self, "cpu", "float32")
+TorchBackend.to_device = to_device
+for hook in modal_hooks(obj, "restore"):
+    hook()
+report["moves"] = moves
+engine = obj.registry.engines["minilm-torch"]
+report["same_weights"] = engine.backend._eager is model
+report["served_spec"] = [engine.spec.device, engine.spec.dtype, engine.batcher.max_batch_tokens
+                         if hasattr(engine.batcher, "max_batch_tokens") else engine.spec.batch_tokens]
+report["restore_engines"] = sorted(obj.registry.engines)
+report["restore_failed"] = sorted(obj.registry.failed)
+
+texts = ["A man is eating food.", "A man is riding a horse.", "Un homme mange."]
+vectors = asyncio.run(module.Tessera._get_partial_functions()["embed_shard"]._get_raw_f()(obj, texts, "minilm-torch"))
+
+from core.api.serving import Serving
+from core.api.serving.embeddings import embed_texts
+from core.config import ModelSpec, Settings
+from core.engine import Registry
+settings = Settings(models=[ModelSpec(path=sys.argv[3], name="ref", backend="torch")])
+reference = asyncio.run(embed_texts(Serving.of(settings, Registry.from_settings(settings)), texts, "ref"))
+report["shape"] = list(vectors.shape)
+report["max_abs_diff"] = float(abs(vectors - reference).max())
+print(json.dumps(report))
+"""
+
+
+def test_snapshot_phase_leaves_torch_and_the_weights_in_memory(minilm_dir, packaged_int8_onnx, tmp_path):
+    """Run the app's enter hooks in a fresh process, phase by phase, with a torch model on cuda/float16
+    and an ONNX model on cuda: after the snapshot phase torch is imported and the torch model's weights
+    are loaded on the CPU without a single CUDA query; after restore they are moved (to the spec's
+    device) and serve; the ONNX model loads only after restore."""
+    models = [{"path": str(minilm_dir), "name": "minilm-torch", "backend": "torch", "device": "cuda",
+               "dtype": "float16"},
+              {"path": str(minilm_dir), "name": "minilm-onnx", "backend": "onnx", "device": "cuda",
+               "dtype": "int8", "onnx_file": str(packaged_int8_onnx)}]
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("TESSERA_")}
+    env.update({"TESSERA_MODELS": json.dumps(models), "HOME": str(tmp_path)})
+    done = subprocess.run([sys.executable, "-c", SNAPSHOT_PHASES, str(MODAL_APP), str(ROOT), str(minilm_dir)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["torch_after_import"] is False  # importing the app file stays light
+    assert report["torch_after_snapshot"] is True
+    assert report["cuda_initialized"] is False and report["cuda_calls"] == []
+    assert report["snapshot_engines"] == ["minilm-torch"] and report["snapshot_failed"] == []
+    # float16 runs on CUDA only: staged as float32 on the CPU, every MiniLM parameter loaded
+    assert report["snapshot_params"] == ["cpu/torch.float32"]
+    assert report["snapshot_param_count"] > 22_000_000
+    assert report["moves"] == [["cuda", "float16"]]  # the spec's device and dtype
+    assert report["same_weights"] is True  # the snapshot's weights, moved: not loaded again
+    assert report["served_spec"][:2] == ["cuda", "float16"]
+    assert report["served_spec"][2] == 16384  # the accelerator's batch budget, not the CPU's 512
+    # the ONNX model on cuda was left for after restore, and tried there (no CUDA provider here: it fails)
+    assert report["restore_engines"] == ["minilm-torch"] and report["restore_failed"] == ["minilm-onnx"]
+    assert report["shape"] == [3, 384] and report["max_abs_diff"] < 1e-5
+
+
+def test_torch_to_device_applies_the_load_rules(minilm_dir):
+    import torch
+
+    from core.backends.onnx import OnnxBackend
+    from core.backends.torch import TorchBackend
+    from core.errors import InvalidInput, Unsupported
+
+    with pytest.raises(Unsupported, match="load it on that device"):
+        OnnxBackend.from_spec(__import__("core.config", fromlist=["ModelSpec"]).ModelSpec(path=minilm_dir)).to_device("cuda")
+    backend = TorchBackend()
+    backend.load(minilm_dir, head="encoder", device="cpu", dtype="float32", threads=1)
+    if not torch.cuda.is_available():
+        with pytest.raises(InvalidInput, match="CUDA is not available"):
+            backend.to_device("cuda", "float16")
+    with pytest.raises(InvalidInput, match="float16 on CPU"):
+        backend.to_device("cpu", "float16")
+    with pytest.raises(InvalidInput, match="cannot convert a loaded float32 model to int8"):
+        backend.to_device("cpu", "int8")
+    ids = np.array([[101, 7592, 2088, 102]], np.int64)
+    inputs = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+    before = backend.run(inputs)["last_hidden_state"]
+    backend.to_device("cpu", "bfloat16")
+    assert {p.dtype for p in backend._model.parameters()} == {torch.bfloat16}
+    assert backend.describe()["dtype"] == "bfloat16"
+    after = backend.run(inputs)["last_hidden_state"]
+    assert np.abs(after - before).max() < 0.1  # the same model, in bfloat16
+    int8 = TorchBackend()
+    int8.load(minilm_dir, head="encoder", device="cpu", dtype="int8", threads=1)
+    with pytest.raises(InvalidInput, match="int8 .* CPU only"):
+        int8.to_device("cuda:0")
