@@ -234,3 +234,108 @@ def test_torch_to_device_applies_the_load_rules(minilm_dir):
     int8.load(minilm_dir, head="encoder", device="cpu", dtype="int8", threads=1)
     with pytest.raises(InvalidInput, match="int8 .* CPU only"):
         int8.to_device("cuda:0")
+
+
+# --- secrets: never in the image, never in the app's definition -------------------------------
+
+DEPLOY_KEY = "sk-deploy-time-4f2a9c"
+
+
+def _closure(function) -> dict:
+    return {name: cell.cell_contents for name, cell in zip(function.__code__.co_freevars, function.__closure__ or ())}
+
+
+def image_definition(image) -> tuple[list[str], list]:
+    """Every Dockerfile command of every layer of ``image`` (as Modal's builder renders them for each
+    builder version) and every secret a build step gets, walking the layers through their base images."""
+    from modal._image import _Image, ImageBuilderVersion
+    from modal._utils.async_utils import synchronizer
+
+    versions = ImageBuilderVersion.__args__
+    commands, secrets, todo, seen = [], [], [synchronizer._translate_in(image)], set()
+    while todo:
+        layer = todo.pop()
+        if id(layer) in seen:
+            continue
+        seen.add(id(layer))
+        closure = _closure(layer._load)
+        if closure.get("dockerfile_function") is not None:
+            for version in versions:
+                commands += closure["dockerfile_function"](version).commands
+        secrets += list(closure.get("secrets") or ())
+        todo += [dep for dep in layer._deps() if isinstance(dep, _Image)]
+    return commands, secrets
+
+
+@pytest.fixture(scope="module")
+def modal_with_secret(modal_module):
+    """The app file loaded as an operator deploys it with keys in a Modal Secret, proxy auth on, a
+    target of 20 inputs, and API keys also lying in the deploy-time environment."""
+    extra = {"TESSERA_MODAL_SECRET": "tessera-keys", "TESSERA_MODAL_PROXY_AUTH": "1",
+             "TESSERA_MODAL_TARGET_INPUTS": "20", "TESSERA_API_KEYS": json.dumps([DEPLOY_KEY])}
+    MODAL_ENV.update(extra)
+    try:
+        with modal_env():
+            module = load_by_path("tessera_modal_app_with_secret", MODAL_APP)
+    finally:
+        for key in extra:
+            MODAL_ENV.pop(key)
+    return module
+
+
+def test_no_api_key_in_the_image_or_the_definition(modal_with_secret):
+    from modal._utils.async_utils import synchronizer
+
+    commands, build_secrets = image_definition(modal_with_secret.image)
+    assert any("torch==2.13.0" in c for c in commands)  # the walk reaches the pip layer
+    assert not [c for c in commands if DEPLOY_KEY in c or "TESSERA_API_KEYS" in c]
+    assert build_secrets == []
+    spec, options, hooks = _definition(modal_with_secret)
+    secrets = [synchronizer._translate_in(s) for s in spec.secrets]
+    assert "modal.Secret.from_name('tessera-keys')" in [repr(s) for s in secrets]
+    # the class's env= becomes a from_dict secret holding the plain settings, and no key
+    sent = [s._load_env_dict() for s in secrets if getattr(s, "_load_env_dict", None) is not None]
+    assert len(sent) == 1 and "TESSERA_MODELS" in sent[0]
+    assert "TESSERA_API_KEYS" not in sent[0] and DEPLOY_KEY not in json.dumps(sent[0])
+    assert DEPLOY_KEY not in json.dumps(modal_with_secret.CONTAINER_ENV)
+    assert hooks["web"].params.webhook_config.requires_proxy_auth is True
+    assert options["target_concurrent_inputs_int"] == 20 and options["max_concurrent_inputs"] == 32
+
+
+def test_deploy_time_keys_without_a_secret_are_refused(modal_module):
+    MODAL_ENV["TESSERA_API_KEYS"] = json.dumps([DEPLOY_KEY])
+    try:
+        with modal_env(), pytest.raises(RuntimeError, match="modal secret create") as raised:
+            load_by_path("tessera_modal_app_keys_in_env", MODAL_APP)
+    finally:
+        MODAL_ENV.pop("TESSERA_API_KEYS")
+    assert DEPLOY_KEY not in str(raised.value)
+
+
+def test_a_rotated_key_is_read_after_restore(modal_module):
+    """The Secret's value read by the restore hook, not frozen in the snapshot: Modal updates the
+    environment when it restores a container."""
+    from starlette.testclient import TestClient
+
+    MODAL_ENV["TESSERA_API_KEYS"] = json.dumps(["sk-before-snapshot"])
+    try:
+        obj = modal_snapshot_phase(modal_module)
+        MODAL_ENV["TESSERA_API_KEYS"] = json.dumps(["sk-after-restore"])
+        modal_restore_phase(obj)
+    finally:
+        MODAL_ENV.pop("TESSERA_API_KEYS")
+    app = modal_module.Tessera._get_partial_functions()["web"]._get_raw_f()(obj)
+    with TestClient(app) as client:
+        def status(key):
+            return client.post("/v1/embeddings", json={"input": "hi"}, headers={"Authorization": f"Bearer {key}"}).status_code
+        assert status("sk-after-restore") == 200
+        assert status("sk-before-snapshot") == 401
+
+
+def test_weights_volume_is_v2(modal_module):
+    from modal._utils.async_utils import synchronizer
+
+    spec, _, _ = _definition(modal_module)
+    volume = synchronizer._translate_in(spec.volumes["/models"])
+    assert repr(volume) == "modal.Volume.from_name('tessera-models')"
+    assert _closure(volume._load)["version"] == 2  # TESSERA_MODAL_VOLUME_VERSION's default
