@@ -116,6 +116,15 @@ def stage_spec(spec, backend: str):
     return None
 
 
+def fail_start(registry) -> None:
+    """Modal has no health check to keep a broken container out of rotation: a model that failed to
+    load fails the container's start (Modal reports the error and starts another), instead of a
+    container that answers 503 for that model, billed, until it scales down."""
+    if registry.failed:
+        raise RuntimeError("model(s) failed to load: " + "; ".join(
+            f"{name}: {failed.error}" for name, failed in sorted(registry.failed.items())))
+
+
 @app.cls(
     gpu=GPUS,
     volumes={MODELS_DIR: volume},
@@ -153,6 +162,7 @@ class Tessera:
                 self.staged[spec.served_name] = staged
         self.snapshot_registry = (Registry.from_settings(settings.model_copy(update={"models": list(self.staged.values())}))
                                   if self.staged else Registry())
+        fail_start(self.snapshot_registry)  # no snapshot of a container that cannot serve
 
     @modal.enter(snap=False)
     def load(self) -> None:
@@ -190,6 +200,7 @@ class Tessera:
             registry.failed.update(loaded.failed)
         self.registry = registry
         del self.snapshot_registry
+        fail_start(registry)
 
     @modal.asgi_app(requires_proxy_auth=PROXY_AUTH)
     def web(self):

@@ -148,8 +148,11 @@ def to_device(self, device, dtype=None):
     moves.append([device, dtype])
     move(self, "cpu", "float32")
 TorchBackend.to_device = to_device
-for hook in modal_hooks(obj, "restore"):
-    hook()
+try:
+    for hook in modal_hooks(obj, "restore"):
+        hook()
+except RuntimeError as exc:  # the ONNX model cannot load on cuda here: the start fails, naming it
+    report["restore_error"] = str(exc)
 report["moves"] = moves
 engine = obj.registry.engines["minilm-torch"]
 report["same_weights"] = engine.backend._eager is model
@@ -199,8 +202,10 @@ def test_snapshot_phase_leaves_torch_and_the_weights_in_memory(minilm_dir, packa
     assert report["same_weights"] is True  # the snapshot's weights, moved: not loaded again
     assert report["served_spec"][:2] == ["cuda", "float16"]
     assert report["served_spec"][2] == 16384  # the accelerator's batch budget, not the CPU's 512
-    # the ONNX model on cuda was left for after restore, and tried there (no CUDA provider here: it fails)
+    # the ONNX model on cuda was left for after restore, and tried there: no CUDA provider here, so it
+    # fails, and that fails the container's start (Modal has no health check to hold it back)
     assert report["restore_engines"] == ["minilm-torch"] and report["restore_failed"] == ["minilm-onnx"]
+    assert report["restore_error"].startswith("model(s) failed to load: minilm-onnx: ")
     assert report["shape"] == [3, 384] and report["max_abs_diff"] < 1e-5
 
 
@@ -374,3 +379,14 @@ def test_bulk_maps_with_ordered_outputs(modal_module):
     assert len(calls) == 1
     keywords = {k.arg: k.value for k in calls[0].keywords}
     assert isinstance(keywords["order_outputs"], ast.Constant) and keywords["order_outputs"].value is True
+
+
+def test_a_model_that_cannot_load_fails_the_start(modal_module, tmp_path):
+    """Before the snapshot: no snapshot is taken of a container that cannot serve its models."""
+    saved = MODAL_ENV["TESSERA_MODELS"]
+    MODAL_ENV["TESSERA_MODELS"] = json.dumps([{"path": str(tmp_path / "missing"), "name": "gone"}])
+    try:
+        with pytest.raises(RuntimeError, match="failed to load: gone: "):
+            modal_snapshot_phase(modal_module)
+    finally:
+        MODAL_ENV["TESSERA_MODELS"] = saved
