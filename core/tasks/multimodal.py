@@ -149,6 +149,29 @@ class MultiModalEmbedTask(Task):
             items.append(MediaItem("text", {"input_ids": arr, "attention_mask": np.ones_like(arr)}, len(ids), len(ids)))
         return items
 
+    def warmup_batches(self, batch_tokens: int, max_batch_size: int) -> list[Mapping[str, np.ndarray]]:
+        """Per modality the model embeds: text at each length bucket, one full batch of a blank image or of
+        a second of silence (decoded and preprocessed as requests are)."""
+        from core.tasks.base import warmup_count, warmup_lengths
+
+        batches = []
+        for modality in self.modalities:
+            if modality == "text":
+                (sample,) = self.text_items(["warm up " * self.max_length], truncate=True)
+                for length in warmup_lengths(sample.length):
+                    ids = sample.arrays["input_ids"][:length]
+                    one = MediaItem("text", {"input_ids": ids, "attention_mask": np.ones_like(ids)}, length, length)
+                    batches.append(self.collate([one] * warmup_count(length, batch_tokens, max_batch_size)))
+                continue
+            if modality == "image":
+                from PIL import Image
+
+                (one,) = self.image_items([Image.new("RGB", (224, 224), (127, 127, 127))])
+            else:
+                (one,) = self.audio_items([np.zeros(self.sampling_rate or 16000, dtype=np.float32)])
+            batches.append(self.collate([one] * warmup_count(one.cost, batch_tokens, max_batch_size)))
+        return batches
+
     def image_items(self, images: list) -> list[MediaItem]:
         raise InvalidInput(f"model {self.name} does not embed images", param="modality")
 
