@@ -46,6 +46,8 @@ class Choice:
     reason: str
     #: the graph to run when it is not the folder's own (the export cache's)
     onnx_file: Path | None = None
+    #: True when a faster backend was meant but could not be had (export or its check failed)
+    fell_back: bool = False
 
 
 def _graph_names(dtype: str) -> tuple[str, ...]:
@@ -120,7 +122,7 @@ def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None =
     if head is None:
         return Choice("torch", "no ONNX graph in the folder")
     if not _has_onnxruntime():
-        return Choice("torch", f"onnxruntime is not installed ({install_hint('onnx')})")
+        return Choice("torch", f"onnxruntime is not installed ({install_hint('onnx')})", fell_back=True)
     if cache_dir is None:
         from core.config import default_cache_dir
 
@@ -128,7 +130,7 @@ def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None =
     try:
         cached = cached_or_export(spec.path, head=head, cache_dir=cache_dir, max_length=spec.max_length)
     except ExportUnavailable as exc:
-        return Choice("torch", f"ONNX export not used: {exc}")
+        return Choice("torch", f"ONNX export not used: {exc}", fell_back=True)
     worst = min(cached.min_cosine.values()) if cached.min_cosine else float("nan")
     how = "exported now" if cached.exported_now else "from the export cache"
     return Choice("onnx", f"ONNX Runtime on CPU, graph {how} ({cached.path.parent}), worst cosine vs torch "
