@@ -92,8 +92,13 @@ class Engine:
         started = time.monotonic()
         shapes = []
         for inputs in self.task.warmup_batches(self.spec.batch_tokens, self.max_batch_size):
-            self.backend.run(inputs)
-            shapes.append(tuple(next(iter(inputs.values())).shape))
+            shape = tuple(next(iter(inputs.values())).shape)
+            try:
+                self.backend.run(inputs)
+            except (TesseraError, RuntimeError, ValueError, MemoryError) as exc:  # requests of that shape will fail too
+                log.warning("model %s: warm-up batch %s failed: %s: %s", self.name, shape, type(exc).__name__, exc)
+                continue
+            shapes.append(shape)
         if shapes:
             log.info("model %s: warmed up on %d batch shapes in %.2fs", self.name, len(shapes), time.monotonic() - started)
         return shapes

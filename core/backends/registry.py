@@ -76,7 +76,8 @@ def missing_graph_message(spec: ModelSpec) -> str:
     flag = {"int8": " --int8 fast", "float16": " --fp16"}.get(dtype, "")
     have = [n for graphs in ONNX_GRAPHS.values() for n in graphs if (spec.path / n).exists()]
     found = f"; the folder has {', '.join(have)} (another precision)" if have else ""
-    return (f"model {spec.served_name!r}: no {dtype} ONNX graph in {spec.path} (looked for {', '.join(names)}){found}; "
+    short = {"float16": "fp16", "float32": "fp32"}.get(dtype, dtype)
+    return (f"model {spec.served_name!r}: no {short} ONNX graph in {spec.path} (looked for {', '.join(names)}){found}; "
             f"make one with `python scripts/export_onnx.py {spec.path} OUT{flag}` and serve OUT, "
             f"or name a graph with onnx_file")
 
@@ -94,6 +95,9 @@ def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None =
     if spec.backend != "auto":
         if spec.backend not in BACKENDS:
             raise InvalidInput(f"unknown backend {spec.backend!r}; known: {sorted(BACKENDS)}")
+        if spec.backend == "onnx" and not _graph_names(spec.dtype):
+            raise InvalidInput(f"onnx backend: dtype {spec.dtype!r} not supported; use one of "
+                               f"{sorted([*ONNX_GRAPHS, *_DTYPE_ALIASES])}")
         if spec.backend == "onnx" and onnx_file_for(spec) is None:
             raise InvalidInput(missing_graph_message(spec))
         return Choice(spec.backend, "set in the model spec")
