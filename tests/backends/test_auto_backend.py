@@ -303,3 +303,66 @@ def test_warm_up_runs_every_length_bucket_before_ready_and_changes_no_vector(min
         seen_at_ready = list(calls)
         assert client.get("/ready").status_code == 200
     assert seen_at_ready[: len(shapes)] == shapes
+
+
+# the torch-free path ---------------------------------------------------------------------------
+
+TORCH_FREE = textwrap.dedent("""
+    import importlib.abc, json, sys
+
+    class Blocked(importlib.abc.MetaPathFinder):  # as if torch and transformers were not installed
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("torch", "transformers", "sentence_transformers"):
+                raise ModuleNotFoundError(f"No module named {name!r}")
+            return None
+
+    sys.meta_path.insert(0, Blocked())
+    from fastapi.testclient import TestClient
+    from core.api.app import create_app
+    from core.config import Settings
+    settings = Settings(models=[{"path": sys.argv[1], "name": "m"}], threads=2, auto_export=True)
+    with TestClient(create_app(settings)) as client:
+        ready = client.get("/ready").status_code
+        card = client.get("/v1/models").json()["data"][0]
+        reply = client.post("/v1/embeddings", json={"model": "m", "input": ["no torch here"]})
+    print(json.dumps({"ready": ready, "backend": card["backend"], "status": reply.status_code,
+                      "dim": len(reply.json()["data"][0]["embedding"]), "torch": "torch" in sys.modules}))
+""")
+
+
+def test_an_onnx_folder_serves_with_torch_absent(onnx_only):
+    proc = subprocess.run([sys.executable, "-c", TORCH_FREE, str(onnx_only)], env=ENV, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"ready": 200, "backend": "onnx", "status": 200, "dim": 384, "torch": False}
+
+
+def _torch_plan(tmp_path, **env) -> str:
+    proc = subprocess.run([str(ROOT / "scripts" / "bootstrap"), "--torch-plan"], capture_output=True, text=True,
+                          timeout=60, env={**{k: v for k, v in os.environ.items() if not k.startswith("TESSERA_TORCH")},
+                                           **env})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_bootstrap_installs_the_cpu_torch_build_unless_a_gpu_is_present_or_asked_for(tmp_path):
+    bare = tmp_path / "bare"  # a PATH without nvidia-smi
+    bare.mkdir()
+    for tool in ("bash", "dirname", "cat", "sha256sum", "cut", "python3"):
+        if shutil.which(tool):
+            (bare / tool).symlink_to(shutil.which(tool))
+    assert _torch_plan(tmp_path, PATH=str(bare)) == "torch=cpu index=https://download.pytorch.org/whl/cpu"
+    gpu = tmp_path / "gpu"
+    gpu.mkdir()
+    (gpu / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 (UUID: GPU-0)'\n")
+    (gpu / "nvidia-smi").chmod(0o755)
+    assert _torch_plan(tmp_path, PATH=f"{gpu}:{bare}").startswith("torch=cuda")
+    broken = tmp_path / "broken"  # the driver tool present but no GPU: CPU
+    broken.mkdir()
+    (broken / "nvidia-smi").write_text("#!/bin/sh\nexit 9\n")
+    (broken / "nvidia-smi").chmod(0o755)
+    assert _torch_plan(tmp_path, PATH=f"{broken}:{bare}").startswith("torch=cpu")
+    assert _torch_plan(tmp_path, PATH=f"{gpu}:{bare}", TESSERA_TORCH="cpu",
+                       TESSERA_TORCH_INDEX_URL="file:///mirror/cpu") == "torch=cpu index=file:///mirror/cpu"
+    assert _torch_plan(tmp_path, PATH=str(bare), TESSERA_TORCH="skip").startswith("torch=skip")
