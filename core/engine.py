@@ -91,7 +91,12 @@ class Engine:
         cost (allocator growth, kernel selection, lazy initialisation). Returns the input shapes run."""
         started = time.monotonic()
         shapes = []
-        for inputs in self.task.warmup_batches(self.spec.batch_tokens, self.max_batch_size):
+        try:
+            batches = self.task.warmup_batches(self.spec.batch_tokens, self.max_batch_size)
+        except (TesseraError, RuntimeError, ValueError, OSError) as exc:
+            log.warning("model %s: no warm-up (%s: %s)", self.name, type(exc).__name__, exc)
+            batches = []
+        for inputs in batches:
             shape = tuple(next(iter(inputs.values())).shape)
             try:
                 self.backend.run(inputs)

@@ -22,7 +22,7 @@ from typing import ClassVar, Mapping, Sequence
 import numpy as np
 
 from core.config import ModelSpec
-from core.errors import BackendFailure, InvalidInput, TooLarge, Unsupported, require
+from core.errors import BackendFailure, InvalidInput, TesseraError, TooLarge, Unsupported, require
 from core.loading import ModelInfo
 from core.tasks.base import Task
 from core.tasks.embed import EmbedRequest, EmbedResult, l2_normalize, shape_vectors
@@ -157,11 +157,12 @@ class MultiModalEmbedTask(Task):
         batches = []
         for modality in self.modalities:
             if modality == "text":
-                (sample,) = self.text_items(["warm up " * self.max_length], truncate=True)
-                for length in warmup_lengths(sample.length):
-                    ids = sample.arrays["input_ids"][:length]
-                    one = MediaItem("text", {"input_ids": ids, "attention_mask": np.ones_like(ids)}, length, length)
-                    batches.append(self.collate([one] * warmup_count(length, batch_tokens, max_batch_size)))
+                for length in warmup_lengths(self.max_length):
+                    try:  # a text of about `length` tokens, prepared as a request's
+                        (one,) = self.text_items([" ".join(["warm"] * max(1, length - 2))], truncate=True)
+                    except TesseraError:  # over the model's limit (prefix tokens): that bucket never forms
+                        continue
+                    batches.append(self.collate([one] * warmup_count(one.cost, batch_tokens, max_batch_size)))
                 continue
             if modality == "image":
                 from PIL import Image
