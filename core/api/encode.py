@@ -23,11 +23,14 @@ def dumps(obj) -> bytes:
 def encode_vector(vector: np.ndarray, encoding_format: str):
     """``float``: the array itself (orjson writes it as a JSON list); ``base64``: little-endian float32.
     A 2-D array (a multi-vector item) becomes a list of vectors, each encoded the same way."""
-    if encoding_format == "base64" and vector.ndim == 2:
+    if encoding_format != "float" and vector.ndim == 2:
         return [encode_vector(row, encoding_format) for row in vector]
-    if encoding_format == "base64":  # float32 little-endian; quantized types: their own bytes
-        raw = vector if vector.dtype in (np.int8, np.uint8) else np.ascontiguousarray(vector, dtype="<f4")
-        return base64.b64encode(raw.tobytes()).decode("ascii")
+    if encoding_format == "base64_packed" and vector.dtype in (np.int8, np.uint8):  # the raw bytes
+        return base64.b64encode(vector.tobytes()).decode("ascii")
+    if encoding_format in ("base64", "base64_packed"):
+        # little-endian float32, whatever the type: the OpenAI SDK asks for base64 by default and decodes
+        # float32, so quantized values travel as float32 integers and decode to the right numbers
+        return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
     return vector
 
 

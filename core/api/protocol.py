@@ -22,8 +22,13 @@ EmbeddingInput = Union[str, list[str], list[int], list[list[int]]]
 class EmbeddingRequest(_Request):
     input: EmbeddingInput = Field(description="a string, a list of strings, or token-id arrays")
     model: str | None = Field(default=None, description="served model name; optional with one model")
-    encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = Field(default=None, gt=0, description="Matryoshka: keep the first N, re-normalize")
+    encoding_format: Literal["float", "base64", "base64_packed"] = Field(
+        default="float", description="float: JSON numbers; base64: little-endian float32 (quantized types too: "
+        "their integer values as float32, which is what the OpenAI SDK decodes); base64_packed: quantized "
+        "types as their raw int8/uint8 bytes")
+    dimensions: int | None = Field(
+        default=None, ge=0, description="Matryoshka: keep the first N, re-normalize; 0 (what Infinity's client "
+        "sends by default): the full vector")
     user: str | None = None
     # extensions
     normalize: bool | None = Field(default=None, description="L2-normalize; default: the model's own setting")

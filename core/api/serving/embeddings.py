@@ -21,7 +21,8 @@ def embed_request(settings: Settings, value: Any, *, modality: str = "text", tru
                   prompt_name: str | None = None, input_type: str | None = None, deadline: float | None = None,
                   param: str = "input") -> EmbedRequest:
     """Validate an ``input`` (the OpenAI union, or media references) within the limits; build the task's
-    request. ``normalize=None``: the model's own default."""
+    request. ``normalize=None``: the model's own default; ``dimensions`` 0 or None: the full vector."""
+    dimensions = dimensions or None
     if modality != "text":
         from core.media import MediaFetcher, MediaLimits
 

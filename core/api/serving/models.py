@@ -14,8 +14,10 @@ from core.tasks.classify import labels_of
 
 
 def card(engine: Engine) -> dict:
-    """One ``/v1/models`` entry: OpenAI's fields, then what the engine describes of itself."""
-    return {"id": engine.name, "object": "model", "created": 0, "owned_by": "tessera", **engine.describe()}
+    """One ``/v1/models`` entry: OpenAI's fields, Infinity's (``stats``; its generated client accepts no
+    ``owned_by`` but "infinity"), then what the engine describes of itself."""
+    return {"id": engine.name, "object": "model", "created": 0, "owned_by": "infinity", "stats": {},
+            **engine.describe()}
 
 
 def cards(serving: Serving) -> list[dict]:
