@@ -100,6 +100,24 @@ def cohere_rerank(served: Served, texts: Sequence[str], top_n: int | None, retur
                      "tokens": {"input_tokens": served.result.prompt_tokens, "output_tokens": 0}}}
 
 
+def cohere_embed(served: Served, by_type: dict[str, np.ndarray], texts: Sequence[str] | None) -> dict:
+    """Cohere v2 ``embeddings_by_type``: ``{id, embeddings: {float: [[...]], int8: [[...]], base64: [...]},
+    texts, meta}`` (``base64``: little-endian float32 bytes, as Cohere encodes it)."""
+    embeddings: dict[str, Any] = {}
+    for kind, vectors in by_type.items():
+        if kind == "base64":
+            embeddings[kind] = [encode_vector(v, "base64") for v in vectors]
+        else:
+            embeddings[kind] = vectors
+    rid, _ = response_id("embed")
+    tokens = served.result.prompt_tokens
+    out = {"id": rid, "embeddings": embeddings, "response_type": "embeddings_by_type",
+           "meta": {"api_version": {"version": "2"}, "billed_units": {"input_tokens": tokens}}}
+    if texts is not None:
+        out["texts"] = list(texts)
+    return out
+
+
 def tei_rerank(served: Served, texts: Sequence[str], return_text: bool) -> list:
     """TEI: ``[{index, score, text?}]`` sorted by score."""
     scores = served.result.scores

@@ -125,6 +125,7 @@ class RerankRequest(_Request):
     truncate: bool = Field(default=True, description="truncate each pair (document side first); false: 413")
     # TEI fields, used when 'texts' is sent
     return_text: bool = False
+    truncation_direction: Literal["Left", "Right", "left", "right"] = "Right"
     max_tokens_per_doc: int | None = Field(default=None, description="Cohere: clip each document to N tokens")
 
 
@@ -254,25 +255,71 @@ class TokenizeResponse(BaseModel):
 
 # --- TEI native routes ------------------------------------------------------------------------------------
 
+#: TEI's TruncationDirection (it writes "Left" / "Right"; lower case accepted too)
+TruncationDirection = Literal["Left", "Right", "left", "right"]
+
+
 class TeiEmbedRequest(_Request):
-    inputs: str | list[str]
+    inputs: EmbeddingInput  # texts, or token ids (a list, or a list of lists)
     normalize: bool = True
     truncate: bool = True
+    truncation_direction: TruncationDirection = "Right"
     prompt_name: str | None = None
     dimensions: int | None = Field(default=None, gt=0)
 
 
-class TeiSparseRequest(_Request):
-    inputs: str | list[str]
+class TeiEmbedAllRequest(_Request):
+    inputs: EmbeddingInput
     truncate: bool = True
+    truncation_direction: TruncationDirection = "Right"
+    prompt_name: str | None = None
+
+
+class TeiSparseRequest(_Request):
+    inputs: EmbeddingInput
+    truncate: bool = True
+    truncation_direction: TruncationDirection = "Right"
+    prompt_name: str | None = None
+
+
+class TeiSimilarityInputs(_Request):
+    source_sentence: str
+    sentences: list[str]
+
+
+class TeiSimilarityRequest(_Request):
+    inputs: TeiSimilarityInputs
+    truncate: bool = True
+    truncation_direction: TruncationDirection = "Right"
+    prompt_name: str | None = None
 
 
 class TeiPredictRequest(_Request):
     inputs: str | list[str | list[str]]
     raw_scores: bool = False
     truncate: bool = True
+    truncation_direction: TruncationDirection = "Right"
 
 
 class TeiTokenizeRequest(_Request):
     inputs: str | list[str]
     add_special_tokens: bool = True
+    prompt_name: str | None = None
+
+
+class TeiDecodeRequest(_Request):
+    ids: list[int] | list[list[int]]
+    skip_special_tokens: bool = True
+
+
+class CohereEmbedRequest(_Request):
+    """Cohere v2 ``/v2/embed`` (what ``cohere.ClientV2.embed`` sends)."""
+
+    model: str | None = None
+    texts: list[str] | None = None
+    images: list[str] | None = None  # data: URIs
+    input_type: str | None = None  # search_document | search_query | classification | clustering | image
+    embedding_types: list[Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]] | None = None
+    truncate: Literal["NONE", "START", "END"] | None = None
+    output_dimension: int | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, gt=0)
