@@ -71,15 +71,20 @@ def openai_sparse(served: Served, return_tokens: bool) -> dict:
     return sparse_list(result.vectors, served.engine.name, result.prompt_tokens, tokens_of)
 
 
-def rerank_list(served: Served, documents: Sequence[Any], top_n: int | None, return_documents: bool) -> dict:
-    """Infinity's and Cohere v1's rerank shape; ``document`` is what the request sent for it."""
-    scores = served.result.scores
+def _relevance(scores: np.ndarray, top_n: int | None, documents: Sequence[Any] | None) -> list[dict]:
+    """``[{index, relevance_score, document?}]`` best first; ``documents``: what each item shows, if any."""
     results = []
     for j in ranked(scores, top_n):
         item = {"index": j, "relevance_score": float(scores[j])}
-        if return_documents:
+        if documents is not None:
             item["document"] = documents[j]
         results.append(item)
+    return results
+
+
+def rerank_list(served: Served, documents: Sequence[Any], top_n: int | None, return_documents: bool) -> dict:
+    """Infinity's and Cohere v1's rerank shape; ``document`` is what the request sent for it."""
+    results = _relevance(served.result.scores, top_n, documents if return_documents else None)
     rid, created = response_id("rerank")
     return {"object": "rerank", "id": rid, "created": created, "results": results, "model": served.engine.name,
             "usage": usage(served.result.prompt_tokens)}
@@ -87,13 +92,8 @@ def rerank_list(served: Served, documents: Sequence[Any], top_n: int | None, ret
 
 def cohere_rerank(served: Served, texts: Sequence[str], top_n: int | None, return_documents: bool) -> dict:
     """Cohere v2: ``{id, results: [{index, relevance_score, document?: {text}}], meta}``."""
-    scores = served.result.scores
-    results = []
-    for j in ranked(scores, top_n):
-        item = {"index": j, "relevance_score": float(scores[j])}
-        if return_documents:
-            item["document"] = {"text": texts[j]}
-        results.append(item)
+    shown = [{"text": t} for t in texts] if return_documents else None
+    results = _relevance(served.result.scores, top_n, shown)
     rid, _ = response_id("rerank")
     return {"id": rid, "results": results,
             "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1},
