@@ -222,7 +222,8 @@ class Registry:
                 candidates = [e for e in self.engines.values() if capability in e.task.capabilities]
                 if len(candidates) != 1:
                     raise ModelNotFound(
-                        f"several models are served; name one in 'model' (one of {sorted(self.engines)})",
+                        f"several models are served; name one in 'model' (one of {sorted(self.engines)}; "
+                        "on TEI's routes, which have no 'model' field: ?model=NAME or an X-Model header)",
                         param="model",
                     )
                 engine = candidates[0]

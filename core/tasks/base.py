@@ -20,7 +20,7 @@ from core.tokenization import TextTokenizer, pad_batch
 
 
 #: capabilities every task of a kind offers beside its main one (never a model's default route)
-AUXILIARY_CAPABILITIES = frozenset({"tokenize", "score"})
+AUXILIARY_CAPABILITIES = frozenset({"tokenize", "score", "embed_all"})
 
 #: texts up to this many characters in all are tokenized on the event loop (~0.1 ms), not on a worker
 INLINE_PREPARE_CHARS = 1000
@@ -48,6 +48,9 @@ class Task:
     #: True: the engine awaits ``fetch_inputs`` on the event loop before ``prepare`` (media URLs); a flag,
     #: so tasks without inputs to fetch cost no extra await on the hot path
     fetches_inputs: ClassVar[bool] = False
+    #: True: the task honours ``truncation_direction="left"`` (keeps the end of an over-long text);
+    #: the serving layer refuses "left" for the others
+    truncates_left: ClassVar[bool] = False
 
     async def fetch_inputs(self, request: Any) -> None:
         """Fetch what ``prepare`` needs from the network (only called when ``fetches_inputs``)."""
@@ -107,6 +110,7 @@ class TextTask(Task):
 
     def __init__(self, info, spec) -> None:
         self.info = info
+        self.spec = spec
         self.tokenizer = TextTokenizer(info.folder, info.max_length)
         self.pad_multiple = spec.pad_to_multiple_of
 

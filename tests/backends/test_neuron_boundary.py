@@ -54,7 +54,7 @@ def test_compile_kwargs_follow_optimum_neuron_0_4():
 @absent_only
 def test_compile_without_optimum_names_the_extra_and_writes_nothing(minilm_dir, tmp_path):
     out = tmp_path / "out"
-    with pytest.raises(MissingDependency, match=r"tessera\[neuron\]"):
+    with pytest.raises(MissingDependency, match=r"pip install -e '\.\[neuron\]'"):
         compile_buckets(minilm_dir, out, batch_sizes=[1], sequence_lengths=[128])
     assert not out.exists()
 
