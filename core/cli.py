@@ -60,14 +60,54 @@ def build_parser() -> argparse.ArgumentParser:
             serve.add_argument("--api-key", dest="api_keys", action="append", default=None, help=help_text)
         else:
             serve.add_argument(flag, dest=name, default=None, help=help_text)
+    _add_prepare(sub)
     return parser
+
+
+def _add_prepare(sub) -> None:
+    prepare = sub.add_parser(
+        "prepare", help="fill the export cache ahead of time (image builds, volume seeding): the same choice "
+        "`serve` makes, so a later start finds each model's checked ONNX graph instead of exporting it")
+    prepare.add_argument("--model", action="append", default=[], metavar="PATH[:NAME]",
+                         help="a model folder (repeatable); default: TESSERA_MODELS / TESSERA_CONFIG, else the "
+                              "embedded default model")
+    prepare.add_argument("--cache-dir", dest="cache_dir", default=None,
+                         help="export cache (env TESSERA_CACHE_DIR; default under the user's cache directory)")
+
+
+def prepare(settings: Settings) -> int:
+    """Choose each configured model's backend as ``serve`` would, with the export on; print one line per
+    model. Exit status 1 when a model could not be prepared (its export or check failed, or it is broken)."""
+    import logging
+
+    from core.backends.registry import choose
+    from core.loading import detect_task, read_model_info
+    from core.tasks import task_class
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    status = 0
+    for spec in settings.model_specs():
+        try:
+            info = read_model_info(spec.path, max_length=spec.max_length)
+            task = detect_task(info) if spec.task == "auto" else spec.task
+            choice = choose(spec, head=task_class(task).head, cache_dir=settings.cache_dir, auto_export=True)
+        except ConfigError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported per model; the others are still prepared
+            print(f"{spec.served_name}: failed: {type(exc).__name__}: {exc}")
+            status = 1
+            continue
+        print(f"{spec.served_name}: {choice.backend} ({choice.reason})")
+        if choice.fell_back:
+            status = 1
+    return status
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     given = {k: v for k, v in vars(args).items() if k in Settings.model_fields and v is not None}
     if args.model:
         specs = [_parse_model(m) for m in args.model]
-        if args.backend:
+        if getattr(args, "backend", None):
             for spec in specs:
                 spec["backend"] = args.backend
         given["models"] = specs
@@ -81,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"tessera: {exc.message}", file=sys.stderr)
         return 2
+    if args.command == "prepare":
+        return prepare(settings)
     import uvicorn
 
     from core.api.app import create_app

@@ -23,6 +23,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 DEFAULT_TEXT = {
     ("settings", "threads"): "the CPUs this process may use",
     ("settings", "models"): "the embedded all-MiniLM-L6-v2",
+    ("settings", "cache_dir"): "`~/.cache/tessera` (`$XDG_CACHE_HOME/tessera`; macOS `~/Library/Caches/tessera`)",
     ("spec", "name"): "the folder name",
     ("spec", "max_batch_tokens"): "512 on CPU, 16384 on accelerators",
     ("spec", "threads"): "the `threads` setting",

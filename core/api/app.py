@@ -50,10 +50,13 @@ def error_response(exc: TesseraError) -> Response:
     return Response(dumps(exc.body()), status_code=exc.status, media_type="application/json", headers=exc.headers())
 
 
-def _validation_error(exc: RequestValidationError) -> TesseraError:
+def _validation_error(exc: RequestValidationError, content_type: str | None = None) -> TesseraError:
     errors = exc.errors()
     first = errors[0] if errors else {}
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    if not loc and first.get("type") in ("model_attributes_type", "dict_type") and isinstance(first.get("input"), bytes):
+        return InvalidInput(f"the request body must be a JSON object: send it with Content-Type: application/json "
+                            f"(got Content-Type: {content_type or 'none'})", code="invalid_json")
     if first.get("type") == "json_invalid":
         return InvalidInput(f"request body is not valid JSON: {first.get('ctx', {}).get('error', '')}".strip(),
                             code="invalid_json")
@@ -239,7 +242,7 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
-        return error_response(_validation_error(exc))
+        return error_response(_validation_error(exc, request.headers.get("content-type")))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
