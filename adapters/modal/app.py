@@ -112,7 +112,8 @@ def stage_spec(spec, backend: str):
         return spec
     if backend == "torch":
         dtype = "float32" if spec.dtype in ("float16", "fp16") else spec.dtype
-        return spec.model_copy(update={"device": "cpu", "dtype": dtype})
+        # backend pinned: on the CPU, ``auto`` could choose (or export) an ONNX graph instead
+        return spec.model_copy(update={"device": "cpu", "dtype": dtype, "backend": "torch"})
     return None
 
 
