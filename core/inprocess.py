@@ -29,8 +29,11 @@ from core.engine import Registry
 
 class AsyncEngine:
     def __init__(self, settings: Settings, registry: Registry | None = None) -> None:
+        """``registry``: models already loaded (a surface that built them, e.g. Modal's class); without
+        one, ``async with`` loads them from ``settings`` and stops them at the end."""
         self.settings = settings
         self._registry = registry
+        self._owns_registry = registry is None
         self._serving = Serving(settings, lambda: self._registry)
 
     @classmethod
@@ -40,11 +43,12 @@ class AsyncEngine:
     async def __aenter__(self) -> "AsyncEngine":
         if self._registry is None:
             self._registry = await asyncio.to_thread(Registry.from_settings, self.settings)
-        await self._registry.start()
+        await self._registry.ensure_started()
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
-        await self._registry.stop(drain=True, timeout=self.settings.shutdown_grace_s)
+        if self._owns_registry:
+            await self._registry.stop(drain=True, timeout=self.settings.shutdown_grace_s)
 
     @property
     def models(self) -> list[str]:
@@ -59,6 +63,7 @@ class AsyncEngine:
         dimensions, prompt, prompt_name, truncate, embedding_type, modality for image/audio inputs). A long
         list goes in requests of ``max_items_per_request`` texts, all queued at once."""
         deadline = self._deadline(timeout_s)
+        await self._serving.registry.ensure_started()  # a given registry: its batchers, in this loop
         step = self.settings.max_items_per_request
         parts = await asyncio.gather(*(
             embeddings.embed(self._serving, model, texts[i:i + step], deadline=deadline, **options)

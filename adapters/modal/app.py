@@ -215,10 +215,9 @@ class Tessera:
         """Bulk path: embed one shard without HTTP (float32 array, one row per text), through the same
         batcher as the web requests, so concurrent shards share its token budget instead of each
         running the model at once."""
-        from core.api.serving import Serving
-        from core.api.serving.embeddings import embed_texts
+        from core.inprocess import AsyncEngine
 
-        return await embed_texts(Serving.of(self.settings, self.registry), texts, model)
+        return await AsyncEngine(self.settings, self.registry).embed(texts, model)
 
 
 @app.function(volumes={MODELS_DIR: volume}, timeout=900)

@@ -164,12 +164,11 @@ report["restore_failed"] = sorted(obj.registry.failed)
 texts = ["A man is eating food.", "A man is riding a horse.", "Un homme mange."]
 vectors = asyncio.run(module.Tessera._get_partial_functions()["embed_shard"]._get_raw_f()(obj, texts, "minilm-torch"))
 
-from core.api.serving import Serving
-from core.api.serving.embeddings import embed_texts
 from core.config import ModelSpec, Settings
 from core.engine import Registry
+from core.inprocess import AsyncEngine
 settings = Settings(models=[ModelSpec(path=sys.argv[3], name="ref", backend="torch")])
-reference = asyncio.run(embed_texts(Serving.of(settings, Registry.from_settings(settings)), texts, "ref"))
+reference = asyncio.run(AsyncEngine(settings, Registry.from_settings(settings)).embed(texts, "ref"))
 report["shape"] = list(vectors.shape)
 report["max_abs_diff"] = float(abs(vectors - reference).max())
 print(json.dumps(report))

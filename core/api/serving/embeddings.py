@@ -133,17 +133,3 @@ async def embed_by_types(serving: Serving, model: str | None, value: Any, types:
         else:
             out[kind] = await quantized(serving, served.engine, shaped_as, vectors, kind, deadline)
     return served, out
-
-
-async def embed_texts(serving: Serving, texts: list[str], model: str | None = None, *,
-                      deadline: float | None = None) -> np.ndarray:
-    """In-process API for batch jobs (no HTTP): float32 rows, one per text, in input order, through the
-    model's batcher (its token budget and queue), a request's worth of texts at a time."""
-    engine = serving.engine(model, "embeddings")
-    await serving.registry.ensure_started()
-    step = serving.settings.max_items_per_request
-    parts = []
-    for start in range(0, len(texts), step):
-        task_request = embed_request(serving.settings, texts[start:start + step])
-        parts.append((await engine(task_request, deadline=deadline)).vectors)
-    return np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
