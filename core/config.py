@@ -26,8 +26,12 @@ class ModelSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
-    path: Path = Field(description="local model folder (Hugging Face / sentence-transformers layout)")
-    name: str | None = Field(default=None, description="served name; defaults to the folder name")
+    path: Path = Field(description="local model folder (Hugging Face / sentence-transformers layout), or a "
+                       "Hugging Face Hub id org/name (fetched into the Hugging Face cache; docs/models.md)")
+    revision: str | None = Field(
+        default=None, description="Hub id only: branch, tag or commit to serve (default: the repository's main)"
+    )
+    name: str | None = Field(default=None, description="served name; defaults to the folder name, or the Hub id")
     task: str = Field(default="auto", description="task; 'auto' detects it from the folder")
     backend: str = Field(default="auto", description="auto | torch | onnx | ct2 | neuron")
     device: str = Field(default="cpu", description="cpu | cuda | cuda:N | neuron")
@@ -78,7 +82,9 @@ class ModelSpec(BaseModel):
 
     @property
     def served_name(self) -> str:
-        return self.name or self.path.name
+        from core.hub import hub_id_of
+
+        return self.name or hub_id_of(self.path) or self.path.name
 
     @property
     def batch_tokens(self) -> int:
@@ -161,6 +167,11 @@ class Settings(BaseSettings):
     metrics_public: bool = Field(default=False, description="serve /metrics without an API key")
     max_inflight_requests: int = Field(default=512, gt=0, description="requests in progress before 429")
     max_tokens_per_request: int = Field(default=262_144, gt=0, description="tokens in one request (413)")
+    allow_degraded: bool = Field(
+        default=False, description="start even when some (not all) models fail to load: the others serve, the "
+        "failed ones answer 503 and are listed on /ready; false: any model that fails to load fails start-up "
+        "(a server none of whose models loaded always fails)",
+    )
     shutdown_grace_s: float = Field(
         default=25.0, ge=0, description="on SIGTERM: time for in-flight work to finish (new work gets 503)"
     )

@@ -19,18 +19,21 @@ BACKENDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+def onnx_graph_names(dtype: str) -> tuple[str, ...]:
+    """The ONNX graphs looked for in a model folder (or a Hub repository) for ``dtype``, first choice first."""
+    if dtype == "int8":
+        return ("onnx/model_int8.onnx", "onnx/model_quantized.onnx", "model_int8.onnx", "model_quantized.onnx")
+    if dtype in ("float16", "fp16"):
+        return ("onnx/model_fp16.onnx", "model_fp16.onnx")
+    return ("onnx/model.onnx", "model.onnx")
+
+
 def onnx_file_for(spec: ModelSpec) -> Path | None:
     """The ONNX graph a spec points at, if any: ``onnx_file``, else in the folder ``onnx/model.onnx`` or
     ``model.onnx`` (with ``dtype: int8``: ``onnx/model_int8.onnx`` or ``onnx/model_quantized.onnx``)."""
     if spec.onnx_file is not None:
         return Path(spec.onnx_file)
-    if spec.dtype == "int8":
-        names = ("onnx/model_int8.onnx", "onnx/model_quantized.onnx", "model_int8.onnx", "model_quantized.onnx")
-    elif spec.dtype in ("float16", "fp16"):
-        names = ("onnx/model_fp16.onnx", "model_fp16.onnx")
-    else:
-        names = ("onnx/model.onnx", "model.onnx")
-    for candidate in (spec.path / name for name in names):
+    for candidate in (spec.path / name for name in onnx_graph_names(spec.dtype)):
         if candidate.exists():
             return candidate
     return None

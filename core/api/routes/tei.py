@@ -161,7 +161,7 @@ async def tei_info(request: Request) -> Response:
     spec = engine.spec
     return JSONBytes(dumps({
         "model_id": engine.name,
-        "model_sha": None,
+        "model_sha": engine.model_sha,
         "model_dtype": spec.dtype,
         "model_type": _model_type(engine),
         "max_concurrent_requests": spec.max_queue_items,
