@@ -177,7 +177,7 @@ def fetch(repo_id: str, *, revision: str | None = None, backend: str = "auto", d
     """The local snapshot folder of ``repo_id`` at ``revision`` holding what ``backend`` reads, and its
     commit hash. Online, missing files are downloaded (huggingface_hub's progress bars show on long
     downloads); offline (``HF_HUB_OFFLINE=1`` or ``local_only``) or with the Hub unreachable, the cache
-    alone answers."""
+    alone answers. Works with huggingface_hub 0.3x to 2.x (the images pin different ones)."""
     import huggingface_hub
     from huggingface_hub import constants, errors
 
@@ -186,14 +186,16 @@ def fetch(repo_id: str, *, revision: str | None = None, backend: str = "auto", d
     howto = _fetch_command(repo_id, revision, backend)
     kwargs = dict(backend=backend, dtype=dtype, onnx_file=onnx_file, trust_remote_code=trust_remote_code)
     unreachable: Exception | None = None
-    if not (local_only or constants.is_offline_mode()):
+    if not (local_only or _offline(constants)):
         api = huggingface_hub.HfApi()
         try:
-            resolved = api.resolve_revision(repo_id, revision=rev)  # records refs/<rev> in the cache
-            info = api.model_info(repo_id, revision=resolved.resolved)
+            # one commit for the listing and the download (newer huggingface_hub: ResolvedRevision, which
+            # also records refs/<rev>; older: snapshot_download records it and resolves again)
+            pinned = api.resolve_revision(repo_id, revision=rev) if hasattr(api, "resolve_revision") else rev
+            info = api.model_info(repo_id, revision=getattr(pinned, "resolved", pinned))
             wanted = select_files([s.rfilename for s in info.siblings or ()], where=f"{what} on the Hub", **kwargs)
-            log.info("fetching %s at %s: %d files", repo_id, resolved.resolved[:12], len(wanted))
-            folder = huggingface_hub.snapshot_download(repo_id, revision=resolved, allow_patterns=_patterns(wanted))
+            log.info("fetching %s at %s: %d files", repo_id, (info.sha or rev)[:12], len(wanted))
+            folder = huggingface_hub.snapshot_download(repo_id, revision=pinned, allow_patterns=_patterns(wanted))
             return Path(folder), Path(folder).name
         except errors.GatedRepoError as exc:
             raise ModelUnavailable(f"{what} is gated on {constants.ENDPOINT}: accept its terms there and set "
@@ -203,16 +205,23 @@ def fetch(repo_id: str, *, revision: str | None = None, backend: str = "auto", d
                                    f"HF_TOKEN); no local folder of that name exists either ({_reason(exc)})") from None
         except errors.RevisionNotFoundError:
             raise ModelUnavailable(f"{what}: revision {rev!r} not found on {constants.ENDPOINT}") from None
-        except errors.RemoteEntryNotFoundError as exc:
+        except errors.LocalEntryNotFoundError as exc:  # (a subclass of EntryNotFoundError) the Hub went away
+            unreachable = exc
+        except errors.EntryNotFoundError as exc:  # a listed file the Hub answers 404 for
             raise ModelUnavailable(f"{what}: {_missing_file(exc)}, which the Hub lists, could not be downloaded "
                                    f"({_reason(exc)})") from None
-        except (errors.RevisionResolutionError, OSError) as exc:
+        except (getattr(errors, "RevisionResolutionError", OSError), OSError) as exc:
             unreachable = exc  # the Hub is down or unreachable: the cache may still hold the files
-        except Exception as exc:  # httpx connection errors and timeouts
-            if type(exc).__module__.split(".")[0] not in ("httpx", "httpx2", "httpcore"):
+        except Exception as exc:  # httpx / requests connection errors and timeouts
+            if type(exc).__module__.split(".")[0] not in ("httpx", "httpx2", "httpcore", "requests", "urllib3"):
                 raise
             unreachable = exc
     return _from_cache(repo_id, rev, what, howto, unreachable, kwargs)
+
+
+def _offline(constants) -> bool:
+    is_offline = getattr(constants, "is_offline_mode", None)
+    return bool(is_offline() if callable(is_offline) else constants.HF_HUB_OFFLINE)
 
 
 def _from_cache(repo_id: str, rev: str, what: str, howto: str, unreachable: Exception | None,
@@ -222,15 +231,19 @@ def _from_cache(repo_id: str, rev: str, what: str, howto: str, unreachable: Exce
 
     why = (f"{constants.ENDPOINT} could not be reached ({_reason(unreachable)})" if unreachable is not None
            else "HF_HUB_OFFLINE is set")
-    try:  # the listing snapshot_download cached lets the check below use the repository's own file names
-        listing = [f.path for f in huggingface_hub.get_cached_repo_tree(repo_id, revision=rev)]
-    except (errors.CachedRepoTreeNotFoundError, OSError, ValueError):
-        listing = None
+    listing = None
+    cached_tree = getattr(huggingface_hub, "get_cached_repo_tree", None)  # huggingface_hub >= 2
+    if cached_tree is not None:
+        try:  # the listing snapshot_download cached: the check below then uses the repository's own names
+            listing = [f.path for f in cached_tree(repo_id, revision=rev)]
+        except Exception:  # CachedRepoTreeNotFoundError: a cache written without it
+            listing = None
     patterns = _patterns(select_files(listing, where=what, **kwargs)) if listing else None
+    incomplete = getattr(errors, "IncompleteSnapshotError", ())
     try:
         folder = Path(huggingface_hub.snapshot_download(repo_id, revision=rev, local_files_only=True,
                                                         allow_patterns=patterns))
-    except errors.IncompleteSnapshotError:
+    except incomplete:
         raise ModelUnavailable(f"{what}: the cached snapshot lacks files the {kwargs['backend']} backend reads "
                                f"and {why}; fetch them with `{howto}`") from None
     except (errors.LocalEntryNotFoundError, OSError):

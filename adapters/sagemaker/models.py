@@ -31,14 +31,21 @@ def discover(model_dir: Path, *, device: str, name: str | None) -> list[ModelSpe
             for sub in sorted(model_dir.iterdir()) if (sub / "config.json").exists()]
 
 
+def _is_hub_id(spec: ModelSpec, model_dir: Path) -> bool:
+    """A relative ``org/name`` that is no folder of the model archive: a Hugging Face Hub id, kept as it is."""
+    from core.hub import hub_id_of
+
+    return hub_id_of(spec.path) is not None and not (model_dir / spec.path).exists()
+
+
 def sagemaker_settings(environ: Mapping[str, str]) -> Settings:
     model_dir = Path(environ.get("SM_MODEL_DIR", DEFAULT_MODEL_DIR))
     if not environ.get("TESSERA_CONFIG"):
         for candidate in CONFIG_NAMES:
             if (model_dir / candidate).exists():
                 settings = Settings(config=str(model_dir / candidate))
-                specs = [s if s.path.is_absolute() else s.model_copy(update={"path": model_dir / s.path})
-                         for s in settings.models]
+                specs = [s if s.path.is_absolute() or _is_hub_id(s, model_dir)
+                         else s.model_copy(update={"path": model_dir / s.path}) for s in settings.models]
                 return settings.model_copy(update={"models": specs})
     settings = Settings()
     if settings.models:

@@ -92,3 +92,26 @@ def test_bulk_helpers(modal_module, tmp_path):
     texts = modal_module.read_texts(str(source))
     assert texts == ["plain line", "json line", "last"]
     assert modal_module.shards(texts, 2) == [["plain line", "json line"], ["last"]]
+
+
+def test_seed_volume_fetches_a_hub_model_into_the_volume_cache(modal_module, minilm_dir, tmp_path, monkeypatch):
+    """seed_volume --model ID runs `python -m core download` against HF_ENDPOINT (a loopback stand-in here)
+    into the Volume's Hugging Face cache, the one the containers serve Hub ids from (HF_HOME)."""
+    from modal._utils.async_utils import synchronizer
+
+    from tests.support.hub import HubStandIn, Repo, folder_files
+
+    commits: list = []
+    monkeypatch.setattr(modal_module, "HF_HOME", str(tmp_path / "huggingface"))
+    monkeypatch.setattr(modal_module, "volume", type("Volume", (), {"commit": lambda self: commits.append(1)})())
+    assert modal_module.CONTAINER_ENV["HF_HOME"] == "/models/huggingface"
+    repo = Repo.build({"main": folder_files(minilm_dir)})
+    seed = synchronizer._translate_in(modal_module.seed_volume)._raw_f
+    with HubStandIn({"acme/mini": repo}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        monkeypatch.setenv("PYTHONPATH", str(ROOT))
+        monkeypatch.chdir(ROOT)
+        line = seed(model="acme/mini", backend="torch")
+    snapshot = tmp_path / "huggingface" / "hub" / "models--acme--mini" / "snapshots" / repo.refs["main"]
+    assert line.split() == ["acme/mini", repo.refs["main"], str(snapshot)] and commits == [1]
+    assert (snapshot / "model.safetensors").stat().st_size == (minilm_dir / "model.safetensors").stat().st_size

@@ -257,3 +257,13 @@ def test_serving_hub_ids_from_the_stand_in(hub, mini_repo, tmp_path, local_vecto
         assert np.array_equal(v2, embed("mini-pinned"))
     snapshots = tmp_path / "hub" / "models--acme--mini" / "snapshots"
     assert sorted(p.name for p in snapshots.iterdir()) == sorted({mini_repo.refs["main"], mini_repo.refs["v2"]})
+
+
+def test_sagemaker_config_keeps_hub_ids(tmp_path):
+    from adapters.sagemaker.models import sagemaker_settings
+
+    (tmp_path / "mini").mkdir()
+    (tmp_path / "tessera.yaml").write_text("models:\n  - {path: acme/mini, revision: v2}\n  - {path: mini}\n")
+    specs = sagemaker_settings({"SM_MODEL_DIR": str(tmp_path)}).models
+    assert [(s.served_name, str(s.path), s.revision) for s in specs] == [
+        ("acme/mini", "acme/mini", "v2"), ("mini", str(tmp_path / "mini"), None)]
