@@ -177,8 +177,10 @@ def fetch(repo_id: str, *, revision: str | None = None, backend: str = "auto", d
     """The local snapshot folder of ``repo_id`` at ``revision`` holding what ``backend`` reads, and its
     commit hash. Online, missing files are downloaded (huggingface_hub's progress bars show on long
     downloads); offline (``HF_HUB_OFFLINE=1`` or ``local_only``) or with the Hub unreachable, the cache
-    alone answers. Works with huggingface_hub 0.3x to 2.x (the images pin different ones)."""
-    import huggingface_hub
+    alone answers. Works with huggingface_hub 0.35 to 2.x (the images pin different ones)."""
+    from core.errors import require
+
+    huggingface_hub = require("huggingface_hub", "hub")
     from huggingface_hub import constants, errors
 
     rev = revision or constants.DEFAULT_REVISION
