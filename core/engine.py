@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.backends.base import Backend
-from core.backends.registry import create_backend
+from core.backends.registry import Choice, choose, create_backend
 from core.batching import Batcher, BatchStats
 from core.config import ModelSpec, Settings
 from core.errors import ModelNotFound, NotReady, OutOfMemory, StartupFailed, TesseraError, TooLarge, Unsupported
 from core.hub import resolve_source
 from core.loading import detect_task, read_model_info
 from core.metrics import Metrics
-from core.tasks import create_task
+from core.tasks import create_task, task_class
 from core.tasks.base import Task
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,8 @@ class Engine:
         self.consecutive_failures = 0
         self.max_tokens_per_request = settings.max_tokens_per_request
         self.last_error: str | None = None
+        #: why this backend serves the model (``/v1/models``' backend_reason); set by ``load``
+        self.choice = Choice(backend.name, "given to the engine")
         #: the effective batch limit: the backend's fixed compiled batch, else the spec's (the one place it is read)
         self.max_batch_size: int = backend.max_batch_size or spec.max_batch_size
         self._prep = ThreadPoolExecutor(max_workers=max(1, settings.threads), thread_name_prefix=f"prep-{self.name}")
@@ -58,27 +60,60 @@ class Engine:
         )
 
     @classmethod
-    def load(cls, spec: ModelSpec, settings: Settings, metrics: Metrics | None = None) -> "Engine":
-        """Read the folder, build the task, load the backend (blocking: call from a thread at start-up).
-        A Hub id is first resolved to its cached snapshot (fetched when missing and the Hub is reachable)."""
+    def load(cls, spec: ModelSpec, settings: Settings, metrics: Metrics | None = None, *,
+             warm_up: bool = True) -> "Engine":
+        """Read the folder, choose and load the backend, build the task, warm up (blocking: call from a
+        thread at start-up; ``/ready`` answers 200 only after it). A Hub id is first resolved to its cached
+        snapshot (fetched when missing and the Hub is reachable)."""
         source = resolve_source(spec)
         spec = source.spec
-        backend = create_backend(spec)
         info = read_model_info(spec.path, max_length=spec.max_length)
         if info.config.get("auto_map") and not spec.trust_remote_code:
             raise Unsupported(
                 f"model {spec.served_name!r}: its config.json names custom Python code (auto_map), which is not "
                 "run unless the model's spec sets trust_remote_code: true"
             )
+        task_name = detect_task(info) if spec.task == "auto" else spec.task
+        choice = choose(spec, head=task_class(task_name).head, cache_dir=settings.cache_dir,
+                        auto_export=settings.auto_export)
+        log.info("model %s: backend %s (%s)", spec.served_name, choice.backend, choice.reason)
+        backend = create_backend(spec, choice)
         # a static-shape backend (Neuron buckets) caps the length the tokenizer truncates/refuses at
         limit = backend.max_sequence_length
         if limit and info.max_length > limit:
             info = dataclasses.replace(info, max_length=limit)
-        task_name = detect_task(info) if spec.task == "auto" else spec.task
         task = create_task(task_name, info, spec)
         backend.load(spec.path, head=task.head, device=spec.device, dtype=spec.dtype,
                      threads=spec.threads or settings.threads)
-        return cls(spec, task, backend, settings=settings, metrics=metrics, model_sha=source.sha)
+        engine = cls(spec, task, backend, settings=settings, metrics=metrics, model_sha=source.sha)
+        engine.choice = choice
+        if warm_up:
+            engine.warm_up()
+        return engine
+
+    def warm_up(self) -> list[tuple[int, ...]]:
+        """One batch of every shape class the batcher forms (``Task.warmup_batches``: per length bucket up
+        to the model's maximum, as many items as the token budget lets in; per modality for multi-modal
+        models), run through the backend before the model serves, so the first request pays no first-run
+        cost (allocator growth, kernel selection, lazy initialisation). Returns the input shapes run."""
+        started = time.monotonic()
+        shapes = []
+        try:
+            batches = self.task.warmup_batches(self.spec.batch_tokens, self.max_batch_size)
+        except (TesseraError, RuntimeError, ValueError, OSError) as exc:
+            log.warning("model %s: no warm-up (%s: %s)", self.name, type(exc).__name__, exc)
+            batches = []
+        for inputs in batches:
+            shape = tuple(next(iter(inputs.values())).shape)
+            try:
+                self.backend.run(inputs)
+            except (TesseraError, RuntimeError, ValueError, MemoryError) as exc:  # requests of that shape will fail too
+                log.warning("model %s: warm-up batch %s failed: %s: %s", self.name, shape, type(exc).__name__, exc)
+                continue
+            shapes.append(shape)
+        if shapes:
+            log.info("model %s: warmed up on %d batch shapes in %.2fs", self.name, len(shapes), time.monotonic() - started)
+        return shapes
 
     # serving ---------------------------------------------------------------------------------
     async def __call__(self, request: Any, *, deadline: float | None = None) -> Any:
@@ -138,17 +173,11 @@ class Engine:
     def healthy(self) -> bool:
         return self.consecutive_failures < UNHEALTHY_AFTER
 
-    def card(self) -> dict:
-        return {
-            "id": self.name,
-            "object": "model",
-            "created": 0,
-            "owned_by": "tessera",
-            "model_sha": self.model_sha,
-            "modalities": list(self.task.modalities),
-            **self.task.describe(),
-            **self.backend.describe(),
-        }
+    def describe(self) -> dict:
+        """What this engine is: its modalities, then what the task and the backend describe (the API's
+        model cards wrap this in their wire format); ``model_sha``: the Hub commit served (None: a folder)."""
+        return {"model_sha": self.model_sha, "modalities": list(self.task.modalities), **self.task.describe(),
+                **self.backend.describe(), "backend_reason": self.choice.reason}
 
     async def start(self) -> None:
         await self.batcher.start()
@@ -203,7 +232,8 @@ class Registry:
                 candidates = [e for e in self.engines.values() if capability in e.task.capabilities]
                 if len(candidates) != 1:
                     raise ModelNotFound(
-                        f"several models are served; name one in 'model' (one of {sorted(self.engines)})",
+                        f"several models are served; name one in 'model' (one of {sorted(self.engines)}; "
+                        "on TEI's routes, which have no 'model' field: ?model=NAME or an X-Model header)",
                         param="model",
                     )
                 engine = candidates[0]
@@ -235,9 +265,6 @@ class Registry:
                 f"{len(self.failed)} of {len(self.failed) + len(self.engines)} models failed to load ({reasons}); "
                 "set allow_degraded (TESSERA_ALLOW_DEGRADED=true) to serve the others"
             )
-
-    def cards(self) -> list[dict]:
-        return [e.card() for e in self.engines.values()]
 
     @property
     def ready(self) -> bool:

@@ -97,20 +97,18 @@ class Tessera:
         import importlib
 
         from core.backends.registry import BACKENDS, resolve_name
-        from core.config import Settings
+        from core.config import settings_from_env
 
-        self.settings = Settings()
+        self.settings = settings_from_env(os.environ)  # the container's edge: once, here
         for spec in self.settings.model_specs():
             importlib.import_module(BACKENDS[resolve_name(spec)][0])
 
     @modal.enter(snap=False)
     def load(self) -> None:
         """After the snapshot, with the GPU attached: load every model onto its device."""
-        from core.config import Settings
         from core.engine import Registry
         from core.logs import configure_logging
 
-        self.settings = getattr(self, "settings", None) or Settings()
         configure_logging(self.settings.log_level)
         self.registry = Registry.from_settings(self.settings)
         self.registry.raise_if_unusable()  # a container that cannot serve fails here, with the reason
@@ -123,20 +121,14 @@ class Tessera:
         return create_app(self.settings, registry=self.registry)
 
     @modal.method()
-    def embed_shard(self, texts: list[str], model: str | None = None):
-        """Bulk path: embed one shard without HTTP (float32 array, one row per text)."""
-        import numpy as np
+    async def embed_shard(self, texts: list[str], model: str | None = None):
+        """Bulk path: embed one shard without HTTP (float32 array, one row per text), through the same
+        batcher as the web requests, so concurrent shards share its token budget instead of each
+        running the model at once."""
+        from core.api.serving import Serving
+        from core.api.serving.embeddings import embed_texts
 
-        from core.api import protocol
-        from core.api.routes.embeddings import embed_request
-
-        engine = self.registry.get(model, "embeddings")
-        step = engine.batcher.max_batch_size
-        parts = []
-        for start in range(0, len(texts), step):
-            body = protocol.EmbeddingRequest(input=texts[start:start + step], model=model)
-            parts.append(engine.run_sync(embed_request(body, self.settings)).vectors)
-        return np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
+        return await embed_texts(Serving.of(self.settings, self.registry), texts, model)
 
 
 @app.function(volumes={MODELS_DIR: volume}, timeout=900)

@@ -3,6 +3,7 @@ method work locally; the App definition carries the GPU, Volume, scaling and con
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -80,7 +81,7 @@ def test_enter_hooks_build_the_registry_once(modal_module):
 def test_bulk_method_matches_the_http_app(modal_module, modal_client):
     obj, hooks = modal_instance(modal_module)
     texts = THREE * 30  # more than one internal chunk of max_batch_size (64)
-    vectors = hooks["embed_shard"]._get_raw_f()(obj, texts)
+    vectors = asyncio.run(hooks["embed_shard"]._get_raw_f()(obj, texts))
     assert vectors.shape == (90, 384) and vectors.dtype == np.float32
     over_http = modal_client.post("/v1/embeddings", json={"input": THREE}).json()
     np.testing.assert_allclose(vectors[:3], np.array([d["embedding"] for d in over_http["data"]]), atol=1e-5)

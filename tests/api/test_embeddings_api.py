@@ -121,7 +121,7 @@ def test_many_concurrent_requests_each_get_their_own_vectors(one_model, sentence
         ({"input": [1.5]}, 422, "validation_error"),
         ({"input": ["a", 1]}, 422, "validation_error"),
         ({"input": "x", "encoding_format": "hex"}, 422, "validation_error"),
-        ({"input": "x", "dimensions": 0}, 422, "validation_error"),
+        ({"input": "x", "dimensions": -1}, 422, "validation_error"),
         ({"input": []}, 400, "invalid_input"),
         ({"input": [[]]}, 400, "invalid_input"),
         ({"input": [-1, 5]}, 400, "invalid_token_id"),

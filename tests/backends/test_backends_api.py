@@ -39,7 +39,7 @@ def test_ct2_model_serves_close_to_torch(mixed):
 
 
 @pytest.mark.parametrize("model,fix", [
-    pytest.param("on-neuron", "pip install 'tessera[neuron]'", marks=absent_only),
+    pytest.param("on-neuron", "pip install -e '.[neuron]'", marks=absent_only),
     ("torch-fp16", "float16 on CPU is not supported"),
 ])
 def test_failed_backend_answers_with_the_fix(mixed, model, fix):
