@@ -32,8 +32,12 @@ class ModelSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
-    path: Path = Field(description="local model folder (Hugging Face / sentence-transformers layout)")
-    name: str | None = Field(default=None, description="served name; defaults to the folder name")
+    path: Path = Field(description="local model folder (Hugging Face / sentence-transformers layout), or a "
+                       "Hugging Face Hub id org/name (fetched into the Hugging Face cache; docs/models.md)")
+    revision: str | None = Field(
+        default=None, description="Hub id only: branch, tag or commit to serve (default: the repository's main)"
+    )
+    name: str | None = Field(default=None, description="served name; defaults to the folder name, or the Hub id")
     task: str = Field(default="auto", description="task; 'auto' detects it from the folder")
     backend: str = Field(default="auto", description="auto | torch | onnx | ct2 | neuron")
     device: str = Field(default="cpu", description="cpu | cuda | cuda:N | neuron")
@@ -86,13 +90,18 @@ class ModelSpec(BaseModel):
     @model_validator(mode="after")
     def _onnx_file_in_folder(self) -> "ModelSpec":
         """A relative ``onnx_file`` names a file of the model folder, not of the working directory."""
-        if self.onnx_file is not None and not self.onnx_file.is_absolute():
+        from core.hub import hub_id_of
+
+        # (a Hub id's relative onnx_file names a file of the repository: core.hub resolves it in the snapshot)
+        if self.onnx_file is not None and not self.onnx_file.is_absolute() and hub_id_of(self.path) is None:
             self.onnx_file = self.path / self.onnx_file
         return self
 
     @property
     def served_name(self) -> str:
-        return self.name or self.path.name
+        from core.hub import hub_id_of
+
+        return self.name or hub_id_of(self.path) or self.path.name
 
     @property
     def batch_tokens(self) -> int:
@@ -140,6 +149,13 @@ def default_model_path() -> Path:
 _PATH_SETTINGS = ("api_keys_file", "cache_dir")
 
 
+def _hub_id_beside(path: str, base: Path) -> bool:
+    """``org/name`` with no such folder beside the config file: a Hugging Face Hub id, kept as written."""
+    from core.hub import hub_id_of
+
+    return hub_id_of(path) is not None and not (base / path).exists()
+
+
 def _relative_to(data: dict, base: Path) -> None:
     """Resolve a config file's relative paths (models' ``path``, ``_PATH_SETTINGS``) against ``base``, in place.
     A model's relative ``onnx_file`` then resolves against its (now absolute) folder."""
@@ -148,7 +164,7 @@ def _relative_to(data: dict, base: Path) -> None:
             data[key] = str(base / data[key])
     for model in data.get("models") or ():
         if isinstance(model, dict) and isinstance(model.get("path"), str):
-            if not Path(model["path"]).expanduser().is_absolute():
+            if not Path(model["path"]).expanduser().is_absolute() and not _hub_id_beside(model["path"], base):
                 model["path"] = str(base / model["path"])
 
 
@@ -206,6 +222,11 @@ class Settings(BaseSettings):
     metrics_public: bool = Field(default=False, description="serve /metrics without an API key")
     max_inflight_requests: int = Field(default=512, gt=0, description="requests in progress before 429")
     max_tokens_per_request: int = Field(default=262_144, gt=0, description="tokens in one request (413)")
+    allow_degraded: bool = Field(
+        default=False, description="start even when some (not all) models fail to load: the others serve, the "
+        "failed ones answer 503 and are listed on /ready; false: any model that fails to load fails start-up "
+        "(a server none of whose models loaded always fails)",
+    )
     shutdown_grace_s: float = Field(
         default=25.0, ge=0, description="on SIGTERM: time for in-flight work to finish (new work gets 503)"
     )

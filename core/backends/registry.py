@@ -54,6 +54,11 @@ def _graph_names(dtype: str) -> tuple[str, ...]:
     return ONNX_GRAPHS.get(_DTYPE_ALIASES.get(dtype, dtype), ())
 
 
+def onnx_graph_names(dtype: str) -> tuple[str, ...]:
+    """The ONNX graphs looked for in a model folder (or a Hub repository) for ``dtype``, first choice first."""
+    return _graph_names(dtype)
+
+
 def onnx_file_for(spec: ModelSpec) -> Path | None:
     """The ONNX graph a spec points at, if any: ``onnx_file`` (relative paths are resolved against the
     model folder), else the folder's graph for the dtype (``ONNX_GRAPHS``): ``onnx/model.onnx`` or

@@ -151,7 +151,7 @@ TorchBackend.to_device = to_device
 try:
     for hook in modal_hooks(obj, "restore"):
         hook()
-except RuntimeError as exc:  # the ONNX model cannot load on cuda here: the start fails, naming it
+except __import__("core.errors").errors.StartupFailed as exc:  # the ONNX model cannot load on cuda here: the start fails, naming it
     report["restore_error"] = str(exc)
 report["moves"] = moves
 engine = obj.registry.engines["minilm-torch"]
@@ -204,7 +204,7 @@ def test_snapshot_phase_leaves_torch_and_the_weights_in_memory(minilm_dir, packa
     # the ONNX model on cuda was left for after restore, and tried there: no CUDA provider here, so it
     # fails, and that fails the container's start (Modal has no health check to hold it back)
     assert report["restore_engines"] == ["minilm-torch"] and report["restore_failed"] == ["minilm-onnx"]
-    assert report["restore_error"].startswith("model(s) failed to load: minilm-onnx: ")
+    assert report["restore_error"].startswith("1 of 2 models failed to load (minilm-onnx: ")
     assert report["shape"] == [3, 384] and report["max_abs_diff"] < 1e-5
 
 
@@ -385,7 +385,32 @@ def test_a_model_that_cannot_load_fails_the_start(modal_module, tmp_path):
     saved = MODAL_ENV["TESSERA_MODELS"]
     MODAL_ENV["TESSERA_MODELS"] = json.dumps([{"path": str(tmp_path / "missing"), "name": "gone"}])
     try:
-        with pytest.raises(RuntimeError, match="failed to load: gone: "):
+        from core.errors import StartupFailed
+
+        with pytest.raises(StartupFailed, match=r"no model could be loaded \(gone: "):
             modal_snapshot_phase(modal_module)
     finally:
         MODAL_ENV["TESSERA_MODELS"] = saved
+
+
+def test_seed_volume_fetches_a_hub_model_into_the_volume_cache(modal_module, minilm_dir, tmp_path, monkeypatch):
+    """seed_volume --model ID runs `python -m core download` against HF_ENDPOINT (a loopback stand-in here)
+    into the Volume's Hugging Face cache, the one the containers serve Hub ids from (HF_HOME)."""
+    from modal._utils.async_utils import synchronizer
+
+    from tests.support.hub import HubStandIn, Repo, folder_files
+
+    commits: list = []
+    monkeypatch.setattr(modal_module, "HF_HOME", str(tmp_path / "huggingface"))
+    monkeypatch.setattr(modal_module, "volume", type("Volume", (), {"commit": lambda self: commits.append(1)})())
+    assert modal_module.CONTAINER_ENV["HF_HOME"] == "/models/huggingface"
+    repo = Repo.build({"main": folder_files(minilm_dir)})
+    seed = synchronizer._translate_in(modal_module.seed_volume)._raw_f
+    with HubStandIn({"acme/mini": repo}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        monkeypatch.setenv("PYTHONPATH", str(ROOT))
+        monkeypatch.chdir(ROOT)
+        line = seed(model="acme/mini", backend="torch")
+    snapshot = tmp_path / "huggingface" / "hub" / "models--acme--mini" / "snapshots" / repo.refs["main"]
+    assert line.split() == ["acme/mini", repo.refs["main"], str(snapshot)] and commits == [1]
+    assert (snapshot / "model.safetensors").stat().st_size == (minilm_dir / "model.safetensors").stat().st_size

@@ -91,7 +91,7 @@ def tei_info(engine: Engine, settings: Settings, version: str) -> dict:
     spec = engine.spec
     return {
         "model_id": engine.name,
-        "model_sha": None,
+        "model_sha": engine.model_sha,
         "model_dtype": spec.dtype,
         "model_type": tei_model_type(engine),
         "max_concurrent_requests": spec.max_queue_items,
