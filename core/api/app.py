@@ -188,11 +188,13 @@ def drain_on_sigterm(state, on_term: Callable[[], None] | None = None) -> Callab
 
 
 def create_app(settings: Settings, registry: Registry | None = None, *, metrics: Metrics | None = None,
-               health_paths: Iterable[str] = ()) -> FastAPI:
+               health_paths: Iterable[str] = (), fail_unusable: bool = True) -> FastAPI:
     """Build the app. With ``registry`` given (Lambda: built at init), the lifespan only starts batchers;
     otherwise the lifespan loads the models from ``settings`` in a worker thread. ``health_paths``: a
     platform's own health checks (added by its adapter), answered like ``/health``: without an API key,
-    outside the in-flight cap, while draining."""
+    outside the in-flight cap, while draining. ``fail_unusable``: the start-up fails when the models
+    cannot be served as asked (``Registry.raise_if_unusable``); False for a platform whose health check
+    keeps an unready server out of rotation (SageMaker: ``/ping`` answers 503 naming the failures)."""
     metrics = metrics or Metrics()
     in_progress = InProgress(retry_after_s=settings.retry_after_s)
     grace = settings.shutdown_grace_s
@@ -201,7 +203,8 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
     async def lifespan(app: FastAPI):
         if app.state.registry is None:
             app.state.registry = await asyncio.to_thread(Registry.from_settings, settings, metrics)
-        app.state.registry.raise_if_unusable()  # no model loaded (or one failed, unless allow_degraded): exit
+        if fail_unusable:
+            app.state.registry.raise_if_unusable()  # no model loaded (or one failed, unless allow_degraded): exit
         await app.state.registry.start()
         loop = asyncio.get_running_loop()
         term_at: list[float] = []
