@@ -19,8 +19,12 @@ TASKS: dict[str, tuple[str, str]] = {
 }
 
 
-def create_task(name: str, info, spec):
+def task_class(name: str) -> type:
     if name not in TASKS:
         raise InvalidInput(f"unknown task {name!r}; known: {sorted(TASKS)}")
     module, cls = TASKS[name]
-    return getattr(importlib.import_module(module), cls)(info, spec)
+    return getattr(importlib.import_module(module), cls)
+
+
+def create_task(name: str, info, spec):
+    return task_class(name)(info, spec)

@@ -104,7 +104,7 @@ def build_minilm_with_prompts(minilm: Path, out: Path, *, include_prompt: bool) 
     for entry in minilm.iterdir():
         if entry.name in ("1_Pooling", "config_sentence_transformers.json"):
             continue
-        os.symlink(entry, out / entry.name)
+        os.symlink(entry.resolve(), out / entry.name)
     st_cfg = json.loads((minilm / "config_sentence_transformers.json").read_text())
     st_cfg["prompts"] = PROMPTS
     st_cfg["default_prompt_name"] = None
