@@ -84,10 +84,6 @@ EMBEDDING_PATHS = frozenset({"/v1/embeddings", "/embeddings"})
 TIMEOUT_HEADER = "x-request-timeout"
 
 
-class ModelLoadFailed(RuntimeError):
-    """Init cannot serve: a configured model did not load (or none is configured)."""
-
-
 def vcpus_for_memory(memory_mb: int) -> int:
     return max(1, min(MAX_VCPUS, math.ceil(memory_mb / MB_PER_VCPU)))
 
@@ -289,22 +285,13 @@ def with_deadline(event: dict[str, Any], remaining_ms: int, margin_s: float) -> 
     return event
 
 
-def check_loaded(registry: Registry) -> None:
-    """Fail init unless every configured model loaded: with no health check on Lambda, an environment
-    that cannot serve would answer 404/503 to every request and stay up (and billed)."""
-    if registry.failed:
-        details = "; ".join(f"{name}: {failed.error}" for name, failed in registry.failed.items())
-        raise ModelLoadFailed(f"{len(registry.failed)} model(s) failed to load: {details}")
-    if not registry.engines:
-        raise ModelLoadFailed("no model is configured (set TESSERA_MODELS or TESSERA_CONFIG)")
-
-
 # --- init: once per execution environment ------------------------------------------------------
 settings, response_limit = lambda_settings(os.environ)
 deadline_margin_s = float(os.environ.get("TESSERA_LAMBDA_DEADLINE_MARGIN_S", DEADLINE_MARGIN_S))
 configure_logging(settings.log_level)
 registry = Registry.from_settings(settings)
-check_loaded(registry)
+# no health check on Lambda: an environment that cannot serve fails init (StartupFailed → init error)
+registry.raise_if_unusable()
 app = create_app(settings, registry=registry)
 _api_keys = [k.encode() for k in settings.all_api_keys()]
 _mangum = require("mangum", "lambda")

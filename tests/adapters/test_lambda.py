@@ -231,15 +231,3 @@ def test_deadline_header_from_the_remaining_time(lambda_module):
             "multiValueHeaders": {"Host": ["x"]}}
     assert lambda_module.with_deadline(rest, 10_000, 1.0)["multiValueHeaders"]["x-request-timeout"] == ["9.000"]
 
-
-def test_init_fails_when_a_model_fails(lambda_module):
-    from core.config import ModelSpec
-    from core.engine import FailedModel, Registry
-
-    with pytest.raises(lambda_module.ModelLoadFailed, match="no model"):
-        lambda_module.check_loaded(Registry())
-    failed = Registry(engines=dict(lambda_module.registry.engines),
-                      failed={"b": FailedModel(ModelSpec(path="/nowhere", name="b"), "no config.json")})
-    with pytest.raises(lambda_module.ModelLoadFailed, match="b: no config.json"):
-        lambda_module.check_loaded(failed)
-    lambda_module.check_loaded(lambda_module.registry)

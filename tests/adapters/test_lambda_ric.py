@@ -198,9 +198,9 @@ def test_a_model_that_fails_to_load_fails_init(minilm_dir, packaged_int8_onnx, t
         proc.stop()
         api.__exit__()
     [error] = api.init_errors
-    assert error["errorType"] == "ModelLoadFailed"
+    assert error["errorType"] == "StartupFailed"
     assert "missing" in error["errorMessage"] and MODEL not in error["errorMessage"].split(":")[0]
-    assert api.init_error_headers[0]["Lambda-Runtime-Function-Error-Type"] == "ModelLoadFailed"
+    assert api.init_error_headers[0]["Lambda-Runtime-Function-Error-Type"] == "StartupFailed"
 
 
 def test_multi_concurrency_workers_share_the_cpus():
