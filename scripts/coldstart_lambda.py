@@ -24,7 +24,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = r"""
 import importlib.util, json, resource, sys, time
-sys.path.insert(0, sys.argv[2])
 started = time.perf_counter()
 spec = importlib.util.spec_from_file_location("handler", sys.argv[1])
 handler = importlib.util.module_from_spec(spec)
