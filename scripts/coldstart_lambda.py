@@ -41,7 +41,6 @@ EVENT = {
 
 CHILD = r"""
 import importlib.util, json, resource, sys, time
-sys.path.insert(0, sys.argv[2])
 started = time.perf_counter()
 spec = importlib.util.spec_from_file_location("handler", sys.argv[1])
 handler = importlib.util.module_from_spec(spec)
