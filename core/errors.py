@@ -53,6 +53,20 @@ class TooLarge(TesseraError):
     status, type, code = 413, "invalid_request_error", "too_large"
 
 
+class ClientClosed(TesseraError):
+    """The client went away before its answer was ready (nginx's 499); nobody reads this response."""
+
+    status, type, code = 499, "invalid_request_error", "client_closed_request"
+
+
+class HttpStatus(TesseraError):
+    """An HTTP error the framework raised outside our routes (e.g. Starlette's), in our error shape."""
+
+    def __init__(self, message: str, *, status: int):
+        super().__init__(message)
+        self.status = status
+
+
 class ValidationFailed(TesseraError):
     status, type, code = 422, "invalid_request_error", "validation_error"
 
@@ -99,10 +113,36 @@ class Timeout(TesseraError):
     status, type, code = 504, "timeout_error", "deadline_exceeded"
 
 
+class ModelUnavailable(TesseraError):
+    """A model's files cannot be had: no such folder, a Hub id that is not cached while offline, a
+    repository, revision or file the Hub does not have."""
+
+    status, type, code = 503, "server_error", "model_unavailable"
+
+
+class StartupFailed(TesseraError):
+    """The configured models cannot be served as asked (none loaded, or some failed without allow_degraded)."""
+
+    status, type, code = 503, "server_error", "startup_failed"
+
+
+class ConfigError(TesseraError):
+    """Settings that cannot be used: one line per problem (field, value, a suggestion)."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in problems))
+        self.problems = problems
+
+
 class MissingDependency(TesseraError):
     """An optional dependency is absent; the message names the extra to install."""
 
     status, type, code = 503, "server_error", "missing_dependency"
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs an extra of this project, from its checkout."""
+    return f"pip install -e '.[{extra}]' (in the Tessera checkout)"
 
 
 def require(module: str, extra: str):
@@ -112,6 +152,4 @@ def require(module: str, extra: str):
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise MissingDependency(
-            f"{module} is not installed: pip install 'tessera[{extra}]' ({exc})"
-        ) from exc
+        raise MissingDependency(f"{module} is not installed: {install_hint(extra)} ({exc})") from exc

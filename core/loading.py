@@ -74,6 +74,10 @@ def _pooling_mode(cfg: dict[str, Any]) -> str:
     return "+".join(modes) or "mean"
 
 
+#: model types whose position ids start at pad_token_id + 1 (RoBERTa's scheme): that many fewer tokens fit
+OFFSET_POSITIONS = frozenset({"roberta", "xlm-roberta", "camembert", "longformer"})
+
+
 def read_model_info(folder: Path, *, max_length: int | None = None) -> ModelInfo:
     """Inspect ``folder``; raise ``InvalidInput`` when it is not a model folder."""
     folder = Path(folder)
@@ -96,6 +100,8 @@ def read_model_info(folder: Path, *, max_length: int | None = None) -> ModelInfo
     st_cfg = _read_json(folder / "sentence_bert_config.json")
     tok_cfg = _read_json(folder / "tokenizer_config.json")
     positions = config.get("max_position_embeddings") or 10**6
+    if config.get("model_type") in OFFSET_POSITIONS:  # positions start after the padding index
+        positions -= int(config.get("pad_token_id") or 1) + 1
     tok_limit = tok_cfg.get("model_max_length") or 10**6
     limit = min(int(positions), int(max_length or st_cfg.get("max_seq_length") or min(tok_limit, positions)))
     st_model_cfg = _read_json(folder / "config_sentence_transformers.json")

@@ -9,8 +9,9 @@ arithmetic:
 Calibration: sentence-transformers, given no calibration set, takes the min/max of the embeddings being
 quantized — which makes a vector depend on the other vectors of its request. A server cannot do that
 (batched must equal single), so each model is calibrated once, on first use, with the fixed, varied
-texts of :data:`CALIBRATION_TEXTS`, embedded by the model itself with the request's ``dimensions`` and
-``normalize`` (ranges are cached per such pair).
+texts of :data:`CALIBRATION_TEXTS`, embedded by the model itself (once, full dimension, unnormalized);
+the ranges for a request's ``dimensions`` and ``normalize`` are taken from those vectors as the task
+finishes them (:class:`Calibration`).
 """
 
 from __future__ import annotations
@@ -65,16 +66,18 @@ def quantize(vectors: np.ndarray, embedding_type: str, ranges: np.ndarray | None
     raise InvalidInput(f"embedding_type must be one of {EMBEDDING_TYPES}", param="embedding_type")
 
 
-class Calibrations:
-    """Per-model calibration ranges, computed once per (dimensions, normalize) on first use."""
+class Calibration:
+    """One model's calibration set, embedded once, at full dimension and not normalized. The ranges for
+    a request's ``dimensions`` and ``normalize`` are derived from these vectors by the task's own
+    finishing step (``Task.shape``), so no pair of options costs another pass over the set."""
 
     def __init__(self) -> None:
-        self._ranges: dict[tuple, np.ndarray] = {}
+        self._vectors: np.ndarray | None = None
         self._lock = asyncio.Lock()
 
-    async def ranges(self, key: tuple, embed: Callable[[], Awaitable[np.ndarray]]) -> np.ndarray:
-        if key not in self._ranges:
+    async def vectors(self, embed: Callable[[], Awaitable[np.ndarray]]) -> np.ndarray:
+        if self._vectors is None:
             async with self._lock:
-                if key not in self._ranges:
-                    self._ranges[key] = ranges_of(await embed())
-        return self._ranges[key]
+                if self._vectors is None:
+                    self._vectors = await embed()
+        return self._vectors

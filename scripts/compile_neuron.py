@@ -3,7 +3,7 @@
 
     python scripts/compile_neuron.py MODEL_DIR OUT_DIR --batch-sizes 1,8,32 --sequence-lengths 128,256,512
 
-Runs on a host with the Neuron SDK and ``pip install 'tessera[neuron]'`` (optimum-neuron, neuronx-cc).
+Runs on a host with the Neuron SDK and ``pip install -e '.[neuron]'`` (optimum-neuron, neuronx-cc).
 OUT_DIR gets the model files and ``neuron/`` (one compiled model per bucket + ``manifest.json``);
 serve it with ``backend: neuron`` (or ``auto``). Each bucket compiles separately (minutes each):
 keep the list short. ``--no-auto-cast`` keeps fp32 matmuls (slower, closest to the original).
@@ -15,8 +15,6 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def _ints(text: str) -> list[int]:

@@ -13,12 +13,9 @@ Needs the [export] extra (torch, transformers, onnx, onnxruntime).
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from core.convert.onnx_export import export_folder  # noqa: E402
+from core.convert.onnx_export import export_folder
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

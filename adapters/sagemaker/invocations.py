@@ -36,8 +36,12 @@ import orjson
 from fastapi import APIRouter, FastAPI, Request
 from starlette.responses import Response
 
+from adapters.sagemaker.models import SAGEMAKER_MAX_RESPONSE_BYTES
 from adapters.sagemaker.jsonlines import (DEFAULT_CONCURRENCY, JSONLINES, JSONLINES_TYPES, assemble, run_records,
                                           split_records)
+from core.api.app import create_app
+from core.config import Settings
+from core.engine import Registry
 from core.errors import InvalidInput, NotFound, TesseraError, TooLarge
 from core.tasks.base import AUXILIARY_CAPABILITIES
 
@@ -47,8 +51,6 @@ NPY = "application/x-npy"
 #: routes whose JSON answer can be re-encoded as one (n, d) float32 array
 NPY_ROUTES = frozenset({"embeddings"})
 _JSON_TYPES = frozenset({JSON, "text/json"}) | JSONLINES_TYPES
-#: SageMaker's limit on a real-time endpoint's response (InvokeEndpoint): 6 MB
-SAGEMAKER_MAX_RESPONSE_BYTES = 6 * 1024 * 1024
 _ANY = frozenset({"*/*", "application/*"})
 
 
@@ -286,11 +288,15 @@ def _only_capability(request: Request) -> str:
     return next(iter(capabilities))
 
 
-def install(app: FastAPI, *, default_route: str | None = None,
-            max_response_bytes: int = SAGEMAKER_MAX_RESPONSE_BYTES,
-            record_concurrency: int = DEFAULT_CONCURRENCY) -> FastAPI:
-    """Add ``/ping``, ``/invocations`` and ``/execution-parameters`` to ``app`` (built by
-    ``core.api.app.create_app``). ``max_response_bytes``: 0 = no response-size guard."""
+def create_sagemaker_app(settings: Settings, registry: Registry | None = None, *, default_route: str | None = None,
+                         max_response_bytes: int = SAGEMAKER_MAX_RESPONSE_BYTES,
+                         record_concurrency: int = DEFAULT_CONCURRENCY) -> FastAPI:
+    """The one app (``core.api.app.create_app``) plus ``/ping`` (SageMaker's health check: no API key,
+    answered while draining), ``/invocations`` and ``/execution-parameters``.
+    ``max_response_bytes``: 0 = no response-size guard."""
+    # a model that fails to load keeps /ping at 503 (naming it): SageMaker's health check holds the
+    # endpoint back and the reason is in the logs, rather than a container that exits and restarts
+    app = create_app(settings, registry, health_paths={"/ping"}, fail_unusable=False)
     app.include_router(build_router(default_route, max_response_bytes=max_response_bytes,
                                     record_concurrency=record_concurrency))
     return app

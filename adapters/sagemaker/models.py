@@ -1,5 +1,5 @@
-"""Which models a SageMaker container serves: ``TESSERA_MODELS``/``TESSERA_CONFIG`` when set, else
-what the model tarball unpacked into ``/opt/ml/model`` (``SM_MODEL_DIR``) holds:
+"""SageMaker's settings, and which models a container serves: ``TESSERA_MODELS``/``TESSERA_CONFIG`` when
+set, else what the model tarball unpacked into ``/opt/ml/model`` (``SM_MODEL_DIR``) holds:
 
 - ``tessera.yaml`` / ``tessera.yml`` / ``tessera.json``: full settings; relative model paths are
   taken relative to the model directory;
@@ -16,10 +16,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from core.config import ModelSpec, Settings
+from pydantic import Field
+
+from core.config import ModelSpec, Settings, settings_from_env
 
 DEFAULT_MODEL_DIR = "/opt/ml/model"
 CONFIG_NAMES = ("tessera.yaml", "tessera.yml", "tessera.json")
+#: SageMaker's limit on a real-time endpoint's response (InvokeEndpoint): 6 MB
+SAGEMAKER_MAX_RESPONSE_BYTES = 6 * 1024 * 1024
+
+
+class SageMakerSettings(Settings):
+    """The core settings plus the container's own (``TESSERA_`` variables like every other option)."""
+
+    device: str = Field(default="cpu", description="device of the model folders found in SM_MODEL_DIR")
+    model_name: str | None = Field(default=None, description="served name of a lone model folder (default 'model')")
+    sagemaker_route: str | None = Field(
+        default=None, description="/invocations route when a request names none (default: the one served capability)")
+    sagemaker_max_response_bytes: int = Field(
+        default=SAGEMAKER_MAX_RESPONSE_BYTES, ge=0,
+        description="answer 413 instead of a response over this size (SageMaker refuses > 6 MB); 0: no guard")
+    port: int = Field(default=8080, description="port (SageMaker's SAGEMAKER_BIND_TO_PORT wins)")
 
 
 def discover(model_dir: Path, *, device: str, name: str | None) -> list[ModelSpec]:
@@ -31,17 +48,28 @@ def discover(model_dir: Path, *, device: str, name: str | None) -> list[ModelSpe
             for sub in sorted(model_dir.iterdir()) if (sub / "config.json").exists()]
 
 
-def sagemaker_settings(environ: Mapping[str, str]) -> Settings:
+def _is_hub_id(spec: ModelSpec, model_dir: Path) -> bool:
+    """A relative ``org/name`` that is no folder of the model archive: a Hugging Face Hub id, kept as it is."""
+    from core.hub import hub_id_of
+
+    return hub_id_of(spec.path) is not None and not (model_dir / spec.path).exists()
+
+
+def sagemaker_settings(environ: Mapping[str, str]) -> SageMakerSettings:
+    """The container's settings, built once from ``environ`` (the edge of ``serve``)."""
     model_dir = Path(environ.get("SM_MODEL_DIR", DEFAULT_MODEL_DIR))
+    overrides = {}
+    if environ.get("SAGEMAKER_BIND_TO_PORT"):  # multi-container endpoints choose the port
+        overrides["port"] = int(environ["SAGEMAKER_BIND_TO_PORT"])
     if not environ.get("TESSERA_CONFIG"):
         for candidate in CONFIG_NAMES:
             if (model_dir / candidate).exists():
-                settings = Settings(config=str(model_dir / candidate))
-                specs = [s if s.path.is_absolute() else s.model_copy(update={"path": model_dir / s.path})
-                         for s in settings.models]
+                settings = settings_from_env(environ, SageMakerSettings, config=str(model_dir / candidate), **overrides)
+                specs = [s if s.path.is_absolute() or _is_hub_id(s, model_dir)
+                         else s.model_copy(update={"path": model_dir / s.path}) for s in settings.models]
                 return settings.model_copy(update={"models": specs})
-    settings = Settings()
+    settings = settings_from_env(environ, SageMakerSettings, **overrides)
     if settings.models:
         return settings
-    specs = discover(model_dir, device=environ.get("TESSERA_DEVICE", "cpu"), name=environ.get("TESSERA_MODEL_NAME"))
+    specs = discover(model_dir, device=settings.device, name=settings.model_name)
     return settings.model_copy(update={"models": specs}) if specs else settings

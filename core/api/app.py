@@ -9,7 +9,7 @@ import signal
 import threading
 import time
 from contextlib import asynccontextmanager
-from typing import Callable
+from typing import Callable, Iterable
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -22,9 +22,11 @@ from core.api.encode import dumps
 from core.api.admission import BodyReader, Drainer, InProgress
 from core.api.guard import UnhandledErrors
 from core.api.routes import router
+from core.api.serving import Serving
 from core.config import Settings
 from core.engine import Registry
 from core.errors import (
+    HttpStatus,
     InvalidInput,
     MethodNotAllowed,
     NotFound,
@@ -39,19 +41,22 @@ from core.metrics import Metrics
 log = logging.getLogger("tessera")
 
 #: routes reachable without an API key
-OPEN_PATHS = frozenset({"/health", "/ping"})  # /ping: SageMaker's health check sends no key
+OPEN_PATHS = frozenset({"/health"})
 #: routes that are not work: no in-flight cap, still answered while draining
-SERVICE_PATHS = frozenset({"/health", "/ready", "/ping", "/metrics"})
+SERVICE_PATHS = frozenset({"/health", "/ready", "/metrics"})
 
 
 def error_response(exc: TesseraError) -> Response:
     return Response(dumps(exc.body()), status_code=exc.status, media_type="application/json", headers=exc.headers())
 
 
-def _validation_error(exc: RequestValidationError) -> TesseraError:
+def _validation_error(exc: RequestValidationError, content_type: str | None = None) -> TesseraError:
     errors = exc.errors()
     first = errors[0] if errors else {}
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    if not loc and first.get("type") in ("model_attributes_type", "dict_type") and isinstance(first.get("input"), bytes):
+        return InvalidInput(f"the request body must be a JSON object: send it with Content-Type: application/json "
+                            f"(got Content-Type: {content_type or 'none'})", code="invalid_json")
     if first.get("type") == "json_invalid":
         return InvalidInput(f"request body is not valid JSON: {first.get('ctx', {}).get('error', '')}".strip(),
                             code="invalid_json")
@@ -80,10 +85,12 @@ class Gate:
     """Pure-ASGI middleware: API keys, in-flight cap, request metrics. Cheap on the hot path. (The body's
     size and arrival time are bounded before it, by ``core.api.admission.BodyReader``.)"""
 
-    def __init__(self, app: ASGIApp, *, settings: Settings, metrics: Metrics, state):
+    def __init__(self, app: ASGIApp, *, settings: Settings, metrics: Metrics, state,
+                 health_paths: frozenset[str] = frozenset()):
         self.app = app
         self.keys = [k.encode() for k in settings.all_api_keys()]
-        self.open_paths = OPEN_PATHS | ({"/metrics"} if settings.metrics_public else set())
+        self.open_paths = OPEN_PATHS | health_paths | ({"/metrics"} if settings.metrics_public else set())
+        self.service_paths = SERVICE_PATHS | health_paths
         self.max_inflight = settings.max_inflight_requests
         self.retry_after = settings.retry_after_s
         self.metrics = metrics
@@ -129,7 +136,7 @@ class Gate:
                     scope, receive, send_wrapper
                 )
                 return
-            if scope["path"] in SERVICE_PATHS:
+            if scope["path"] in self.service_paths:
                 await self.app(scope, receive, send_wrapper)
                 return
             refusal = self._refusal(scope)
@@ -180,9 +187,14 @@ def drain_on_sigterm(state, on_term: Callable[[], None] | None = None) -> Callab
     return restore
 
 
-def create_app(settings: Settings, registry: Registry | None = None, *, metrics: Metrics | None = None) -> FastAPI:
+def create_app(settings: Settings, registry: Registry | None = None, *, metrics: Metrics | None = None,
+               health_paths: Iterable[str] = (), fail_unusable: bool = True) -> FastAPI:
     """Build the app. With ``registry`` given (Lambda: built at init), the lifespan only starts batchers;
-    otherwise the lifespan loads the models from ``settings`` in a worker thread."""
+    otherwise the lifespan loads the models from ``settings`` in a worker thread. ``health_paths``: a
+    platform's own health checks (added by its adapter), answered like ``/health``: without an API key,
+    outside the in-flight cap, while draining. ``fail_unusable``: the start-up fails when the models
+    cannot be served as asked (``Registry.raise_if_unusable``); False for a platform whose health check
+    keeps an unready server out of rotation (SageMaker: ``/ping`` answers 503 naming the failures)."""
     metrics = metrics or Metrics()
     in_progress = InProgress(retry_after_s=settings.retry_after_s)
     grace = settings.shutdown_grace_s
@@ -191,6 +203,8 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
     async def lifespan(app: FastAPI):
         if app.state.registry is None:
             app.state.registry = await asyncio.to_thread(Registry.from_settings, settings, metrics)
+        if fail_unusable:
+            app.state.registry.raise_if_unusable()  # no model loaded (or one failed, unless allow_degraded): exit
         await app.state.registry.start()
         loop = asyncio.get_running_loop()
         term_at: list[float] = []
@@ -222,7 +236,8 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
     app.state.registry = registry
     app.state.metrics = metrics
     app.state.draining = False
-    app.state.calibrations = {}  # served name → core.quantize.Calibrations
+    #: what the routes call: request → engine → result (reads the registry the lifespan loads)
+    app.state.serving = Serving(settings, lambda: app.state.registry)
     app.include_router(router)
 
     @app.exception_handler(TesseraError)
@@ -231,7 +246,7 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
-        return error_response(_validation_error(exc))
+        return error_response(_validation_error(exc, request.headers.get("content-type")))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
@@ -241,13 +256,12 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
             return error_response(NotFound(f"no route {request.method} {request.url.path}"))
         if exc.status_code == 405:
             return error_response(MethodNotAllowed(f"method {request.method} not allowed on {request.url.path}"))
-        err = TesseraError(str(exc.detail))
-        err.status = exc.status_code
-        return error_response(err)
+        return error_response(HttpStatus(str(exc.detail), status=exc.status_code))
 
     # the last guard (a bug, not bad input) answers inside Starlette's, which would drop the connection
     app.add_middleware(UnhandledErrors)
-    app.add_middleware(Gate, settings=settings, metrics=metrics, state=app.state)
+    app.add_middleware(Gate, settings=settings, metrics=metrics, state=app.state,
+                       health_paths=frozenset(health_paths))
     # outermost: a request takes an in-flight slot only once its whole body has arrived
     app.add_middleware(BodyReader, max_bytes=settings.max_request_bytes, timeout_s=settings.request_body_timeout_s)
     app.add_middleware(Drainer, in_progress=in_progress)

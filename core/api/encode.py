@@ -1,11 +1,17 @@
-"""Response bodies built straight from numpy arrays: no per-float Python objects on the hot path."""
+"""Wire shapes over the serving layer's results (OpenAI, Infinity, Cohere, TEI), built straight from
+numpy arrays: no per-float Python objects on the hot path."""
 
 from __future__ import annotations
 
 import base64
+import time
+import uuid
+from typing import Any, Sequence
 
 import numpy as np
 import orjson
+
+from core.api.serving import Served
 
 _OPTS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -17,11 +23,14 @@ def dumps(obj) -> bytes:
 def encode_vector(vector: np.ndarray, encoding_format: str):
     """``float``: the array itself (orjson writes it as a JSON list); ``base64``: little-endian float32.
     A 2-D array (a multi-vector item) becomes a list of vectors, each encoded the same way."""
-    if encoding_format == "base64" and vector.ndim == 2:
+    if encoding_format != "float" and vector.ndim == 2:
         return [encode_vector(row, encoding_format) for row in vector]
-    if encoding_format == "base64":  # float32 little-endian; quantized types: their own bytes
-        raw = vector if vector.dtype in (np.int8, np.uint8) else np.ascontiguousarray(vector, dtype="<f4")
-        return base64.b64encode(raw.tobytes()).decode("ascii")
+    if encoding_format == "base64_packed" and vector.dtype in (np.int8, np.uint8):  # the raw bytes
+        return base64.b64encode(vector.tobytes()).decode("ascii")
+    if encoding_format in ("base64", "base64_packed"):
+        # little-endian float32, whatever the type: the OpenAI SDK asks for base64 by default and decodes
+        # float32, so quantized values travel as float32 integers and decode to the right numbers
+        return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
     return vector
 
 
@@ -39,6 +48,131 @@ def embedding_list(vectors: np.ndarray, encoding_format: str, model: str, prompt
 
 def usage(tokens: int) -> dict:
     return {"prompt_tokens": tokens, "total_tokens": tokens}
+
+
+def response_id(kind: str) -> tuple[str, int]:
+    return f"{kind}-{uuid.uuid4().hex}", int(time.time())
+
+
+def ranked(scores: np.ndarray, top_n: int | None = None) -> list[int]:
+    """Indices by descending score (ties keep input order), cut to ``top_n``."""
+    order = np.argsort(-scores, kind="stable").tolist()
+    return order[:top_n] if top_n is not None else order
+
+
+def openai_embeddings(served: Served, encoding_format: str) -> dict:
+    result = served.result
+    return embedding_list(result.vectors, encoding_format, served.engine.name, result.prompt_tokens)
+
+
+def openai_sparse(served: Served, return_tokens: bool) -> dict:
+    result = served.result
+    tokens_of = served.engine.task.token_strings if return_tokens else None
+    return sparse_list(result.vectors, served.engine.name, result.prompt_tokens, tokens_of)
+
+
+def _relevance(scores: np.ndarray, top_n: int | None, documents: Sequence[Any] | None) -> list[dict]:
+    """``[{index, relevance_score, document?}]`` best first; ``documents``: what each item shows, if any."""
+    results = []
+    for j in ranked(scores, top_n):
+        item = {"index": j, "relevance_score": float(scores[j])}
+        if documents is not None:
+            item["document"] = documents[j]
+        results.append(item)
+    return results
+
+
+def rerank_list(served: Served, documents: Sequence[Any], top_n: int | None, return_documents: bool) -> dict:
+    """Infinity's and Cohere v1's rerank shape; ``document`` is what the request sent for it."""
+    results = _relevance(served.result.scores, top_n, documents if return_documents else None)
+    rid, created = response_id("rerank")
+    return {"object": "rerank", "id": rid, "created": created, "results": results, "model": served.engine.name,
+            "usage": usage(served.result.prompt_tokens)}
+
+
+def cohere_rerank(served: Served, texts: Sequence[str], top_n: int | None, return_documents: bool) -> dict:
+    """Cohere v2: ``{id, results: [{index, relevance_score, document?: {text}}], meta}``."""
+    shown = [{"text": t} for t in texts] if return_documents else None
+    results = _relevance(served.result.scores, top_n, shown)
+    rid, _ = response_id("rerank")
+    return {"id": rid, "results": results,
+            "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1},
+                     "tokens": {"input_tokens": served.result.prompt_tokens, "output_tokens": 0}}}
+
+
+def cohere_embed(served: Served, by_type: dict[str, np.ndarray], texts: Sequence[str] | None) -> dict:
+    """Cohere v2 ``embeddings_by_type``: ``{id, embeddings: {float: [[...]], int8: [[...]], base64: [...]},
+    texts, meta}`` (``base64``: little-endian float32 bytes, as Cohere encodes it)."""
+    embeddings: dict[str, Any] = {}
+    for kind, vectors in by_type.items():
+        if kind == "base64":
+            embeddings[kind] = [encode_vector(v, "base64") for v in vectors]
+        else:
+            embeddings[kind] = vectors
+    rid, _ = response_id("embed")
+    tokens = served.result.prompt_tokens
+    out = {"id": rid, "embeddings": embeddings, "response_type": "embeddings_by_type",
+           "meta": {"api_version": {"version": "2"}, "billed_units": {"input_tokens": tokens}}}
+    if texts is not None:
+        out["texts"] = list(texts)
+    return out
+
+
+def tei_rerank(served: Served, texts: Sequence[str], return_text: bool) -> list:
+    """TEI: ``[{index, score, text?}]`` sorted by score."""
+    scores = served.result.scores
+    out = []
+    for j in ranked(scores):
+        item = {"index": j, "score": float(scores[j])}
+        if return_text:
+            item["text"] = texts[j]
+        out.append(item)
+    return out
+
+
+def score_list(served: Served) -> dict:
+    data = [{"object": "score", "index": i, "score": float(s)} for i, s in enumerate(served.result.scores)]
+    return {"object": "list", "data": data, "model": served.engine.name, "usage": usage(served.result.prompt_tokens)}
+
+
+def classify_list(served: Served, columns: list[int], top_k: int | None) -> dict:
+    """Infinity's classify shape: per input, ``{label, score}`` best first, over the columns asked for."""
+    labels = served.engine.task.labels
+    sub = np.asarray(columns)
+    data = []
+    for row in served.result.scores:
+        order = sub[np.argsort(-row[sub], kind="stable")].tolist()
+        if top_k is not None:
+            order = order[:top_k]
+        data.append([{"label": labels[j], "score": float(row[j])} for j in order])
+    rid, created = response_id("classify")
+    return {"object": "classify", "id": rid, "created": created, "data": data, "model": served.engine.name,
+            "usage": usage(served.result.prompt_tokens)}
+
+
+def tei_predict(served: Served, single: bool) -> list:
+    labels = served.result.labels
+    out = [[{"score": float(row[j]), "label": labels[j]} for j in ranked(row)] for row in served.result.scores]
+    return out[0] if single else out
+
+
+def token_list(served: Served) -> dict:
+    """``/v1/tokenize``: ids, token strings and counts per text."""
+    rows = served.result
+    data = [{"object": "tokens", "index": i, "ids": [p.id for p in row], "tokens": [p.text for p in row],
+             "count": len(row)} for i, row in enumerate(rows)]
+    tokenizer = served.engine.task.tokenizer
+    return {"object": "list", "data": data, "model": served.engine.name, "max_length": tokenizer.max_length,
+            "usage": usage(sum(len(row) for row in rows))}
+
+
+def tei_tokens(served: Served) -> list:
+    return [[{"id": p.id, "text": p.text, "special": p.special, "start": p.start, "stop": p.stop} for p in row]
+            for row in served.result]
+
+
+def model_list(cards: list[dict]) -> dict:
+    return {"object": "list", "data": cards}
 
 
 def sparse_list(vectors, model: str, prompt_tokens: int, tokens_of=None) -> dict:

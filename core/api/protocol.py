@@ -41,8 +41,13 @@ class LateChunking(_Request):
 class EmbeddingRequest(_Request):
     input: EmbeddingInput = Field(description="a string, a list of strings, or token-id arrays")
     model: str | None = Field(default=None, description="served model name; optional with one model")
-    encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = Field(default=None, gt=0, description="Matryoshka: keep the first N, re-normalize")
+    encoding_format: Literal["float", "base64", "base64_packed"] = Field(
+        default="float", description="float: JSON numbers; base64: little-endian float32 (quantized types too: "
+        "their integer values as float32, which is what the OpenAI SDK decodes); base64_packed: quantized "
+        "types as their raw int8/uint8 bytes")
+    dimensions: int | None = Field(
+        default=None, ge=0, description="Matryoshka: keep the first N, re-normalize; 0 (what Infinity's client "
+        "sends by default): the full vector")
     user: str | None = None
     # extensions
     normalize: bool | None = Field(default=None, description="L2-normalize; default: the model's own setting")
@@ -90,6 +95,7 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int = 0
     owned_by: str = "tessera"
+    model_sha: str | None = None  # the Hub commit served; null for a local folder
 
 
 class ModelList(BaseModel):
@@ -142,6 +148,7 @@ class RerankRequest(_Request):
     truncate: bool = Field(default=True, description="truncate each pair (document side first); false: 413")
     # TEI fields, used when 'texts' is sent
     return_text: bool = False
+    truncation_direction: Literal["Left", "Right", "left", "right"] = "Right"
     max_tokens_per_doc: int | None = Field(default=None, description="Cohere: clip each document to N tokens")
     instruction: str | None = Field(default=None, description="LLM rerankers: the task instruction of the prompt "
                                     "(default: the model's)")
@@ -274,25 +281,71 @@ class TokenizeResponse(BaseModel):
 
 # --- TEI native routes ------------------------------------------------------------------------------------
 
+#: TEI's TruncationDirection (it writes "Left" / "Right"; lower case accepted too)
+TruncationDirection = Literal["Left", "Right", "left", "right"]
+
+
 class TeiEmbedRequest(_Request):
-    inputs: str | list[str]
+    inputs: EmbeddingInput  # texts, or token ids (a list, or a list of lists)
     normalize: bool = True
     truncate: bool = True
+    truncation_direction: TruncationDirection = "Right"
     prompt_name: str | None = None
     dimensions: int | None = Field(default=None, gt=0)
 
 
-class TeiSparseRequest(_Request):
-    inputs: str | list[str]
+class TeiEmbedAllRequest(_Request):
+    inputs: EmbeddingInput
     truncate: bool = True
+    truncation_direction: TruncationDirection = "Right"
+    prompt_name: str | None = None
+
+
+class TeiSparseRequest(_Request):
+    inputs: EmbeddingInput
+    truncate: bool = True
+    truncation_direction: TruncationDirection = "Right"
+    prompt_name: str | None = None
+
+
+class TeiSimilarityInputs(_Request):
+    source_sentence: str
+    sentences: list[str]
+
+
+class TeiSimilarityRequest(_Request):
+    inputs: TeiSimilarityInputs
+    truncate: bool = True
+    truncation_direction: TruncationDirection = "Right"
+    prompt_name: str | None = None
 
 
 class TeiPredictRequest(_Request):
     inputs: str | list[str | list[str]]
     raw_scores: bool = False
     truncate: bool = True
+    truncation_direction: TruncationDirection = "Right"
 
 
 class TeiTokenizeRequest(_Request):
     inputs: str | list[str]
     add_special_tokens: bool = True
+    prompt_name: str | None = None
+
+
+class TeiDecodeRequest(_Request):
+    ids: list[int] | list[list[int]]
+    skip_special_tokens: bool = True
+
+
+class CohereEmbedRequest(_Request):
+    """Cohere v2 ``/v2/embed`` (what ``cohere.ClientV2.embed`` sends)."""
+
+    model: str | None = None
+    texts: list[str] | None = None
+    images: list[str] | None = None  # data: URIs
+    input_type: str | None = None  # search_document | search_query | classification | clustering | image
+    embedding_types: list[Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]] | None = None
+    truncate: Literal["NONE", "START", "END"] | None = None
+    output_dimension: int | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, gt=0)

@@ -4,7 +4,7 @@
     <out>/neuron/manifest.json buckets and where each one is (core.backends.buckets.Manifest)
     <out>/neuron/b8_s128/      one compiled model per bucket (optimum-neuron's save_pretrained folder)
 
-Needs ``pip install 'tessera[neuron]'`` (optimum-neuron + neuronx-cc, on an inf2/trn1 host or an image
+Needs ``pip install -e '.[neuron]'`` (optimum-neuron + neuronx-cc, on an inf2/trn1 host or an image
 with the Neuron SDK). The compile call per bucket is :func:`neuron_compile_kwargs`; compiling is
 pluggable (``compile_bucket``) so the manifest/folder logic runs with any static-shape compiler.
 """

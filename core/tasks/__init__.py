@@ -20,12 +20,16 @@ TASKS: dict[str, tuple[str, str]] = {
 }
 
 
+def task_class(name: str) -> type:
+    if name not in TASKS:
+        raise InvalidInput(f"unknown task {name!r}; known: {sorted(TASKS)}")
+    module, cls = TASKS[name]
+    return getattr(importlib.import_module(module), cls)
+
+
 def create_task(name: str, info, spec):
     from core.loading import is_causal_lm
 
     if name == "rerank" and is_causal_lm(info):  # a causal LM reranks by its next-token logits ("yes"/"no")
         name = "llm_rerank"
-    if name not in TASKS:
-        raise InvalidInput(f"unknown task {name!r}; known: {sorted(TASKS)}")
-    module, cls = TASKS[name]
-    return getattr(importlib.import_module(module), cls)(info, spec)
+    return task_class(name)(info, spec)

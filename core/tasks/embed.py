@@ -29,8 +29,11 @@ class EmbedRequest:
     prompt: str | None = None  # literal prompt text, prepended to each text
     prompt_name: str | None = None  # a named prompt of the model (config_sentence_transformers.json / spec)
     input_type: str | None = None  # "query" | "document" (late interaction encodes them differently)
-    #: what a multi-output model returns: "dense" (/v1/embeddings) or "sparse" (the sparse routes)
+    #: what a multi-output model returns: "dense" (/v1/embeddings) or "sparse" (the sparse routes);
+    #: "tokens": every token's vector, unpooled (TEI's /embed_all)
     output: str = "dense"
+    #: which end an over-long text loses: "right" (keep the start) or "left" (keep the end)
+    truncation_direction: str = "right"
     #: long inputs (core/tasks/chunking.py): windows pooled into one vector per text, or one vector per chunk
     chunking: Any = None  # ChunkOptions
     late_chunking: Any = None  # LateChunkOptions
@@ -79,11 +82,22 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(norms, 1e-12)
 
 
+def shape_vectors(vectors: np.ndarray, dimensions: int | None, normalize: bool) -> np.ndarray:
+    """Matryoshka truncation to ``dimensions``, then L2 normalization: contiguous float32 rows."""
+    if dimensions is not None:
+        vectors = vectors[:, :dimensions]
+    if normalize:
+        vectors = l2_normalize(vectors)
+    return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
 class EmbedTask(TextTask):
     name: ClassVar[str] = "embed"
     head: ClassVar[str] = "encoder"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings", "tokenize"})
+    #: embed_all: every token's vector (TEI's /embed_all)
+    capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings", "tokenize", "embed_all"})
     modalities: ClassVar[tuple[str, ...]] = ("text",)
+    truncates_left: ClassVar[bool] = True
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
         super().__init__(info, spec)
@@ -109,6 +123,13 @@ class EmbedTask(TextTask):
         return sum(map(len, texts)) + prompt_chars <= INLINE_PREPARE_CHARS
 
     def prepare(self, request: EmbedRequest) -> list[Encoded]:
+        items = self._prepare(request)
+        if request.output == "tokens":
+            for item in items:
+                item.all_tokens = True
+        return items
+
+    def _prepare(self, request: EmbedRequest) -> list[Encoded]:
         if request.modality not in self.modalities:
             raise InvalidInput(
                 f"modality {request.modality!r} is not served by this model; its modalities: {list(self.modalities)}",
@@ -131,7 +152,11 @@ class EmbedTask(TextTask):
                 raise InvalidInput("prompts apply to text input, not to token ids", param="prompt")
             return self.tokenizer.from_ids(request.token_ids, truncate=request.truncate)
         if prompt is None:
-            return self.tokenizer.encode(request.texts or [], truncate=request.truncate)
+            return self.tokenizer.encode(request.texts or [], truncate=request.truncate,
+                                         direction=request.truncation_direction)
+        if request.truncation_direction == "left":
+            raise InvalidInput("truncation_direction 'left' would cut the prompt off the start of the text; "
+                               "send no prompt, or truncate from the right", param="truncation_direction")
         filled = self._prompt_fills_the_window(prompt, request)
         if filled is not None:
             return filled
@@ -177,28 +202,33 @@ class EmbedTask(TextTask):
         for step in self.steps:  # Dense modules (and a Normalize between them), in module order
             pooled = l2_normalize(pooled) if step == "normalize" else step(pooled)
         results = list(pooled)
-        for row, item in enumerate(items):
+        for i, item in enumerate(items):
+            if getattr(item, "all_tokens", False):  # the encoder's token vectors, as TEI's /embed_all returns them
+                results[i] = np.ascontiguousarray(hidden[i, item.pool_from:item.cost], dtype=np.float32)
             keep = getattr(item, "keep", None)  # a late-chunking window: its token vectors, pooled per chunk later
             if keep is not None:
-                results[row] = hidden[row, keep].astype(np.float32)
+                results[i] = hidden[i, keep].astype(np.float32)
         return results
 
     def finish(self, request: EmbedRequest, items: Sequence[Encoded], results: list[np.ndarray]) -> EmbedResult:
+        if request.output == "tokens":
+            return EmbedResult(list(results), sum(it.cost for it in items))
         if request.late_chunking is not None:
             from core.tasks.chunking import finish_late
 
             results = list(finish_late(self, items, results))
         vectors = np.stack(results) if results else np.zeros((0, self.dimension or 0), np.float32)
-        normalize = self.pipeline.normalize if request.normalize is None else request.normalize
-        if request.dimensions is not None:
-            vectors = vectors[:, : request.dimensions]
-        if normalize:
-            vectors = l2_normalize(vectors)
-        if request.chunking is not None:
+        vectors = self.shape(vectors, request)
+        if request.chunking is not None:  # windows → one vector per text
             from core.tasks.chunking import finish_chunked
 
+            normalize = self.pipeline.normalize if request.normalize is None else request.normalize
             vectors = finish_chunked(request, items, vectors, normalize)
-        return EmbedResult(np.ascontiguousarray(vectors, dtype=np.float32), sum(it.cost for it in items))
+        return EmbedResult(vectors, sum(it.cost for it in items))
+
+    def shape(self, vectors: np.ndarray, request: EmbedRequest) -> np.ndarray:
+        normalize = self.pipeline.normalize if request.normalize is None else request.normalize
+        return shape_vectors(vectors, request.dimensions, normalize)
 
     def describe(self) -> dict:
         return {

@@ -27,7 +27,7 @@ from core.errors import InvalidInput, MissingDependency
 from core.loading import ModelInfo, read_embed_pipeline
 from core.tasks.base import TextTask
 from core.tasks.dense import load_safetensors
-from core.tasks.embed import EmbedRequest, EmbedResult, l2_normalize, pool
+from core.tasks.embed import EmbedRequest, EmbedResult, l2_normalize, pool, shape_vectors
 from core.tasks.late_interaction import ScoreRequest
 from core.tasks.prompts import resolve_prompt
 from core.tasks.scoring import ScoreResult
@@ -107,7 +107,7 @@ class MultiOutputTask(TextTask):
             if not request.documents:
                 raise InvalidInput("'documents' must not be empty", param="documents")
             return self._encode([request.query, *request.documents], request.truncate, "colbert")
-        want = "sparse" if getattr(request, "output", "dense") == "sparse" else "dense"
+        want = "sparse" if request.output == "sparse" else "dense"
         if request.dimensions is not None and request.dimensions > self.dimension:
             raise InvalidInput(f"dimensions={request.dimensions} exceeds the model's dimension {self.dimension}",
                                param="dimensions")
@@ -156,11 +156,11 @@ class MultiOutputTask(TextTask):
         if items and items[0].want == "sparse":
             return SparseResult([r.sparse for r in results], tokens)
         vectors = np.stack([r.dense for r in results]) if results else np.zeros((0, self.dimension), np.float32)
-        if request.dimensions is not None:
-            vectors = vectors[:, : request.dimensions]
-        if self.pipeline.normalize if request.normalize is None else request.normalize:
-            vectors = l2_normalize(vectors)
-        return EmbedResult(np.ascontiguousarray(vectors, dtype=np.float32), tokens)
+        return EmbedResult(self.shape(vectors, request), tokens)
+
+    def shape(self, vectors: np.ndarray, request: EmbedRequest) -> np.ndarray:
+        normalize = self.pipeline.normalize if request.normalize is None else request.normalize
+        return shape_vectors(vectors, request.dimensions, normalize)
 
     def token_strings(self, indices: np.ndarray) -> list[str]:
         return [self.tokenizer.id_to_token(int(i)) or "" for i in indices]

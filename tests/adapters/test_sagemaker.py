@@ -32,11 +32,10 @@ def _invoke(base, body, *, attributes=None, accept="application/json", content_t
 def test_ping_is_503_before_load_and_200_after(minilm_dir, packaged_int8_onnx):
     from starlette.testclient import TestClient
 
-    from adapters.sagemaker import install
-    from core.api.app import create_app
+    from adapters.sagemaker import create_sagemaker_app
     from core.config import Settings
 
-    app = install(create_app(Settings(models=[int8_spec(minilm_dir, packaged_int8_onnx)])))
+    app = create_sagemaker_app(Settings(models=[int8_spec(minilm_dir, packaged_int8_onnx)]))
     client = TestClient(app)
     before = client.get("/ping")  # no lifespan yet: the models are not loaded
     assert before.status_code == 503 and before.json()["error"]["code"] == "not_ready"
@@ -334,3 +333,37 @@ def test_json_lines_overloaded_records_are_retried_not_failed():
     assert [orjson.loads(line) for line in lines[:2]] == [{"record": "a"}, {"record": "b"}]
     assert orjson.loads(lines[2])["error"]["code"] == "overloaded" and failed == 1
     assert calls.count(b"a") == 3 and calls.count(b"b") == 1 and calls.count(b"c") > 2
+
+
+def test_ping_needs_no_api_key_and_invocations_do(minilm_dir, packaged_int8_onnx):
+    """SageMaker's health check sends no key: /ping is the adapter's health path; /invocations and the
+    core routes still need one; the plain app knows nothing of /ping."""
+    from starlette.testclient import TestClient
+
+    from adapters.sagemaker import create_sagemaker_app
+    from core.api.app import create_app
+    from core.config import Settings
+
+    settings = Settings(models=[int8_spec(minilm_dir, packaged_int8_onnx)], api_keys=["k1"])
+    with TestClient(create_sagemaker_app(settings)) as client:
+        assert client.get("/ping").status_code == 200
+        body = {"input": ["a"], "route": "embeddings"}
+        assert client.post("/invocations", json=body).status_code == 401
+        assert client.post("/invocations", json=body, headers={"Authorization": "Bearer k1"}).status_code == 200
+    with TestClient(create_app(settings)) as plain:
+        assert plain.get("/ping").status_code == 401
+
+
+def test_a_model_that_fails_to_load_keeps_ping_at_503(tmp_path):
+    """SageMaker has a health check: the server stays up and /ping says why it is not ready (elsewhere
+    the same failure ends the start-up)."""
+    from starlette.testclient import TestClient
+
+    from adapters.sagemaker import create_sagemaker_app
+    from core.config import Settings
+
+    settings = Settings(models=[{"path": str(tmp_path / "missing"), "name": "gone"}])
+    with TestClient(create_sagemaker_app(settings)) as client:
+        ping = client.get("/ping")
+        assert ping.status_code == 503 and "gone" in ping.json()["error"]["message"]
+        assert client.get("/health").status_code == 200

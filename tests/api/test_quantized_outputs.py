@@ -33,13 +33,17 @@ def quantized(client, texts, embedding_type, encoding="float", **extra):
                                             "encoding_format": encoding, **extra})
     assert r.status_code == 200, r.text
     data = r.json()["data"]
-    if encoding == "base64":
+    if encoding == "base64_packed":  # the raw bytes
         return np.stack([np.frombuffer(base64.b64decode(d["embedding"]), dtype=DTYPES[embedding_type]) for d in data])
+    if encoding == "base64":  # float32 holding the integer values (what the OpenAI SDK decodes)
+        values = np.stack([np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in data])
+        assert np.array_equal(values, np.round(values))
+        return values.astype(DTYPES[embedding_type])
     return np.array([d["embedding"] for d in data], dtype=DTYPES[embedding_type])
 
 
 @pytest.mark.parametrize("embedding_type", ["int8", "uint8", "binary", "ubinary"])
-@pytest.mark.parametrize("encoding", ["float", "base64"])
+@pytest.mark.parametrize("encoding", ["float", "base64", "base64_packed"])
 def test_equals_sentence_transformers_quantization(one_model, embedding_type, encoding):
     vectors = floats(one_model, TEXTS)
     calibration = floats(one_model, list(CALIBRATION_TEXTS))
@@ -89,3 +93,34 @@ def test_model_default_and_bad_values(minilm_onnx_dir):
         r = c.post("/v1/embeddings", json={"input": "asked float", "embedding_type": "float"})
         assert len(r.json()["data"][0]["embedding"]) == 384
         assert_error(c.post("/v1/embeddings", json={"input": "x", "embedding_type": "int4"}), 422)
+
+
+def test_the_calibration_set_is_embedded_once_per_model_whatever_the_options(minilm_onnx_dir):
+    """Each new (dimensions, normalize) pair used to embed the 144 calibration texts again (up to ~1,100
+    pairs per model): now the set is embedded once, and every pair's ranges come from those vectors as
+    the task finishes them (still equal to sentence-transformers' quantization of that pair's vectors)."""
+    from tests.api.conftest import client_for
+
+    with client_for(models=[{"path": str(minilm_onnx_dir), "name": "m"}]) as c:
+        backend = c.app.state.registry.engines["m"].backend
+        run = backend.run
+        items = []
+
+        def counting(inputs):
+            items.append(len(inputs["input_ids"]))
+            return run(inputs)
+
+        backend.run = counting
+        quantized(c, TEXTS[:1], "int8")
+        assert sum(items) == 1 + len(CALIBRATION_TEXTS)
+        pairs = [(d, n) for d in (None, 16, 100, 383) for n in (None, True, False)]
+        for dimensions, normalize in pairs:
+            items.clear()
+            options = {"dimensions": dimensions, "normalize": normalize}
+            options = {k: v for k, v in options.items() if v is not None}
+            got = quantized(c, TEXTS, "uint8", **options)
+            assert sum(items) == len(TEXTS), (dimensions, normalize)  # the request's own texts only
+            backend.run = run
+            calibration = floats(c, list(CALIBRATION_TEXTS), **options)
+            np.testing.assert_array_equal(got, st_quantize(floats(c, TEXTS, **options), "uint8", calibration))
+            backend.run = counting

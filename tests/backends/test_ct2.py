@@ -50,7 +50,7 @@ def test_converted_folder_layout(minilm_ct2_dir):
 
 def test_ct2_engine_describes_its_compute_type(minilm_ct2_dir):
     engine = Engine.load(ModelSpec(path=minilm_ct2_dir, dtype="int8_float32"), SETTINGS)
-    assert engine.card()["backend"] == "ct2" and engine.card()["compute_type"] == "int8_float32"
+    assert engine.describe()["backend"] == "ct2" and engine.describe()["compute_type"] == "int8_float32"
 
 
 def test_unsupported_architecture_names_the_supported_ones(tiny_mpnet, tmp_path):

@@ -54,7 +54,7 @@ def test_compile_kwargs_follow_optimum_neuron_0_4():
 @absent_only
 def test_compile_without_optimum_names_the_extra_and_writes_nothing(minilm_dir, tmp_path):
     out = tmp_path / "out"
-    with pytest.raises(MissingDependency, match=r"tessera\[neuron\]"):
+    with pytest.raises(MissingDependency, match=r"pip install -e '\.\[neuron\]'"):
         compile_buckets(minilm_dir, out, batch_sizes=[1], sequence_lengths=[128])
     assert not out.exists()
 
@@ -64,7 +64,7 @@ def test_compile_script_without_optimum_exits_with_the_fix(minilm_dir, tmp_path)
     proc = subprocess.run([sys.executable, "scripts/compile_neuron.py", str(minilm_dir), str(tmp_path / "o")],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
-    assert "pip install 'tessera[neuron]'" in proc.stderr
+    assert "pip install -e '.[neuron]'" in proc.stderr
     assert not (tmp_path / "o").exists()
 
 
@@ -79,7 +79,7 @@ def test_neuron_model_fails_alone_with_the_fix(minilm_static_buckets_dir, minilm
     settings = Settings(threads=2, models=[neuron_spec, ModelSpec(path=minilm_dir, name="on-torch", backend="torch")])
     registry = Registry.from_settings(settings)
     assert list(registry.engines) == ["on-torch"]
-    assert "pip install 'tessera[neuron]'" in registry.failed["on-neuron"].error
+    assert "pip install -e '.[neuron]'" in registry.failed["on-neuron"].error
 
 
 def test_neuron_refuses_a_cuda_device(minilm_static_buckets_dir):
@@ -154,7 +154,7 @@ def test_compile_and_serve_through_the_optimum_neuron_calls(fake_optimum_neuron,
     assert manifest.buckets == [Bucket(1, 32), Bucket(2, 32)] and manifest.dtype == "bf16"
 
     fake_optimum_neuron.calls = []
-    engine = Engine.load(ModelSpec(path=out), SETTINGS)  # auto → neuron
+    engine = Engine.load(ModelSpec(path=out), SETTINGS, warm_up=False)  # auto → neuron; calls counted below
     assert engine.backend.name == "neuron" and engine.task.info.max_length == 32
     assert sorted(c[1] for c in fake_optimum_neuron.calls) == ["b1_s32", "b2_s32"]  # every bucket loaded
     assert all(c[2] == {} for c in fake_optimum_neuron.calls)

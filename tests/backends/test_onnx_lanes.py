@@ -36,7 +36,7 @@ def embed(engine: Engine, texts: list[str]) -> np.ndarray:
 def test_overlapping_batches_use_the_second_session_and_match(minilm_onnx_dir, sentences):
     one = Engine.load(ModelSpec(path=minilm_onnx_dir, backend="onnx", workers=1), SETTINGS)
     two = Engine.load(ModelSpec(path=minilm_onnx_dir, backend="onnx", workers=2, max_batch_size=4), SETTINGS)
-    assert one.card()["lanes"] == 1 and two.card()["lanes"] == 2
+    assert one.describe()["lanes"] == 1 and two.describe()["lanes"] == 2
     full, shared = CountingSession(two.backend._session), CountingSession(two.backend._shared)
     two.backend._session, two.backend._shared = full, shared
 

@@ -37,7 +37,7 @@ def test_onnx_refusals(minilm_onnx_dir, kw, message):
 def test_onnx_explicit_cpu_provider_list(minilm_onnx_dir):
     engine = Engine.load(ModelSpec(path=minilm_onnx_dir, backend="onnx", providers=["CPUExecutionProvider"]),
                          SETTINGS)
-    assert engine.card()["providers"] == ["CPUExecutionProvider"]
+    assert engine.describe()["providers"] == ["CPUExecutionProvider"]
 
 
 def test_torch_int8_quantizes_attention_linears_only(minilm_dir):
@@ -48,7 +48,7 @@ def test_torch_int8_quantizes_attention_linears_only(minilm_dir):
     quantized = [n for n, m in modules.items() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
     assert len(quantized) == 6 * 4 + 1  # q, k, v, attention output per layer, and the pooler
     assert isinstance(modules["encoder.layer.0.intermediate.dense"], torch.nn.Linear)
-    assert engine.card()["dtype"] == "int8"
+    assert engine.describe()["dtype"] == "int8"
 
 
 def test_new_spec_fields_validate():

@@ -39,7 +39,7 @@ def test_batcher_keeps_groups_apart_and_serves_the_oldest_group_first():
 
 def test_text_model_refuses_media_naming_its_modalities(minilm_dir):
     engine = Engine.load(ModelSpec(path=minilm_dir), Settings(models=[]))
-    assert engine.card()["modalities"] == ["text"]
+    assert engine.describe()["modalities"] == ["text"]
     with pytest.raises(InvalidInput) as err:
         engine.run_sync(EmbedRequest(modality="image", inputs=["http://169.254.169.254/"]))
     assert err.value.status == 400 and err.value.param == "modality"

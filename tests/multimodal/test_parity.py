@@ -135,7 +135,7 @@ def test_siglip_style_text_and_image(siglip_dir):
 
     engine = _engine(siglip_dir)
     model, proc = SiglipModel.from_pretrained(siglip_dir).eval(), AutoProcessor.from_pretrained(siglip_dir)
-    assert engine.task.name == "clip" and engine.card()["modalities"] == ["text", "image"]
+    assert engine.task.name == "clip" and engine.describe()["modalities"] == ["text", "image"]
     pils = [_pil(b) for b in IMAGES]
     with torch.inference_mode():
         ref_t = model.get_text_features(**proc.tokenizer(TEXTS, padding="max_length", truncation=True,
@@ -161,7 +161,7 @@ def clap(clap_dir):
 
 def test_clap_reads_its_feature_extractor_settings(clap):
     engine, _, proc = clap
-    card = engine.card()
+    card = engine.describe()
     assert card["modalities"] == ["text", "audio"]
     assert card["sampling_rate"] == proc.feature_extractor.sampling_rate == 16000
     assert card["truncation"] == proc.feature_extractor.truncation == "rand_trunc"
@@ -244,6 +244,6 @@ def test_clap_fusion_extractor_on_an_unfused_model_uses_rand_trunc(clap_dir, tmp
     cfg["feature_extractor"]["truncation"] = "fusion"
     (folder / "processor_config.json").write_text(json.dumps(cfg))
     engine = _engine(folder)
-    assert engine.card()["truncation"] == "rand_trunc"
+    assert engine.describe()["truncation"] == "rand_trunc"
     uri = data_uri(audio_bytes(sine(440, 0.5), 16000), "audio/wav")
     assert engine.run_sync(EmbedRequest(modality="audio", inputs=[uri])).vectors.shape == (1, 16)

@@ -9,13 +9,18 @@ from pathlib import Path
 CACHE = Path(__file__).resolve().parents[2] / ".venv" / "test-cache"
 
 
+def _dangling(folder: Path) -> bool:
+    """A cached folder may link to files of a virtual environment that has since been rebuilt or moved."""
+    return any(p.is_symlink() and not p.exists() for p in folder.rglob("*"))
+
+
 def cached_build(name: str, inputs: list[Path], build) -> Path:
     """Build an artifact folder once per content of ``inputs`` (source files that define it)."""
     digest = hashlib.sha256()
     for path in inputs:
         digest.update(Path(path).read_bytes())
     target = CACHE / f"{name}-{digest.hexdigest()[:12]}"
-    if not (target / ".complete").exists():
+    if not (target / ".complete").exists() or _dangling(target):
         shutil.rmtree(target, ignore_errors=True)
         tmp = target.with_name(target.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)

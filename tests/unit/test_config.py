@@ -77,3 +77,63 @@ def test_cli_help_lists_every_option_with_its_env_var():
     for name in Settings.model_fields:
         assert f"TESSERA_{name.upper()}" in out, name
     assert "--model PATH[:NAME]" in out
+    flat = " ".join(out.split())
+    assert "(default: None)" not in flat  # argparse's own, which hid every real default
+    assert "TESSERA_PORT; default 8000)" in flat and "TESSERA_SHUTDOWN_GRACE_S; default 25.0)" in flat
+    assert "auto | torch | onnx | ct2 | neuron" in flat
+
+
+def test_settings_from_env_reads_the_mapping_it_is_given(monkeypatch):
+    from core.config import settings_from_env
+
+    monkeypatch.setenv("TESSERA_PORT", "1111")
+    assert settings_from_env({"TESSERA_PORT": "2222"}).port == 2222
+    assert settings_from_env({}).port == 8000  # not the process's TESSERA_PORT
+    assert settings_from_env({"TESSERA_PORT": "2222"}, port=3333).port == 3333  # overrides (the CLI) win
+
+
+@pytest.mark.parametrize("environ, expected", [
+    ({"TESSERA_MODELS": '[{"path": "/m", "name": "a"},]'}, "TESSERA_MODELS: not valid JSON"),
+    ({"TESSERA_MODELS": '[{"path": "/m", "backen": "onnx"}]'},
+     "models[0].backen: unknown option (did you mean 'backend'?)"),
+    ({"TESSERA_MAX_INFLIGT_REQUESTS": "3", "TESSERA_CONFIG": "cfg.yaml"}, None),
+    ({"TESSERA_CONFIG": "missing.yaml"}, "TESSERA_CONFIG: [Errno 2] No such file or directory: 'missing.yaml'"),
+    ({"TESSERA_PORT": "http", "TESSERA_THREADS": "0"}, "port (env TESSERA_PORT): Input should be a valid integer"),
+])
+def test_configuration_errors_are_one_line_per_problem(environ, expected, tmp_path, monkeypatch):
+    """What used to be 40–71-line tracebacks: one line per problem, naming the field, the value and a fix."""
+    from core.config import settings_from_env
+    from core.errors import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cfg.yaml").write_text("models: []\nmax_inflight_requsts: 3\n")
+    with pytest.raises(ConfigError) as caught:
+        settings_from_env(environ)
+    problems = caught.value.problems
+    if expected is None:  # a typo in the file: the variable with a typo is not a setting (env vars are not checked)
+        assert problems == ["max_inflight_requsts: unknown option (did you mean 'max_inflight_requests'?)"]
+    else:
+        assert problems[0].startswith(expected), problems
+    assert all("\n" not in p for p in problems)
+    if "TESSERA_THREADS" in environ:
+        assert len(problems) == 2 and problems[1].startswith("threads (env TESSERA_THREADS): Input should be greater")
+
+
+def test_api_key_problems_never_show_the_keys():
+    from core.config import settings_from_env
+    from core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        settings_from_env({"TESSERA_API_KEYS": '["sekrit-key", " "]'})
+    assert "sekrit" not in caught.value.message and "api_keys" in caught.value.message
+
+
+def test_cli_exits_2_with_the_problems_and_no_traceback(tmp_path):
+    """From another directory, a relative TESSERA_CONFIG is that directory's file."""
+    (tmp_path / "models.yaml").write_text("models:\n  - {path: /nowhere, backen: onnx}\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "TESSERA_CONFIG": "models.yaml"}
+    proc = subprocess.run([sys.executable, "-m", "core", "serve"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "tessera: invalid configuration:", "  - models[0].backen: unknown option (did you mean 'backend'?)"]

@@ -6,9 +6,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from core.api import protocol
-from core.api.encode import dumps
-from core.api.routes.common import JSONBytes, registry_of
-from core.errors import NotReady
+from core.api.encode import dumps, model_list
+from core.api.http import JSONBytes, serving_of
+from core.api.serving import models
 
 router = APIRouter()
 
@@ -16,7 +16,7 @@ router = APIRouter()
 @router.get("/v1/models", response_model=protocol.ModelList, summary="List served models")
 @router.get("/models", include_in_schema=False)
 async def list_models(request: Request) -> Response:
-    return JSONBytes(dumps({"object": "list", "data": registry_of(request).cards()}))
+    return JSONBytes(dumps(model_list(models.cards(serving_of(request)))))
 
 
 @router.get("/health", summary="Liveness: the process answers")
@@ -26,15 +26,8 @@ async def health() -> Response:
 
 @router.get("/ready", summary="Readiness: every model loaded and healthy", responses={503: {"model": protocol.ErrorResponse}})
 async def ready(request: Request) -> Response:
-    registry = registry_of(request)
-    models = {name: ("ready" if e.healthy else f"unhealthy: {e.last_error}") for name, e in registry.engines.items()}
-    models.update({name: f"failed to load: {f.error}" for name, f in registry.failed.items()})
-    if request.app.state.draining:
-        raise NotReady("server is shutting down")
-    if not registry.ready:
-        bad = {k: v for k, v in models.items() if v != "ready"}
-        raise NotReady(f"not ready: {bad or 'no models loaded'}")
-    return JSONBytes(dumps({"status": "ready", "models": models}))
+    registry = serving_of(request).registry
+    return JSONBytes(dumps(models.readiness(registry, draining=request.app.state.draining)))
 
 
 @router.get("/metrics", summary="Prometheus metrics")

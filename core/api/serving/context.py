@@ -1,0 +1,56 @@
+"""``Serving``: what every serving function needs: the settings, the registry, per-model caches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from core.config import Settings
+from core.engine import Engine, Registry
+from core.errors import NotReady
+from core.quantize import Calibration
+
+
+#: what Infinity's generated client sends as ``model`` when the caller names none
+UNSPECIFIED_MODEL = "default/not-specified"
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """A task's result with the engine that produced it (encoders need its name, labels, tokenizer)."""
+
+    engine: Engine
+    result: Any
+
+
+class Serving:
+    """One per app (or per in-process surface). The registry is read through ``registry_source`` because
+    an app's lifespan loads the models after the app is built."""
+
+    def __init__(self, settings: Settings, registry_source: Callable[[], Registry | None]):
+        self.settings = settings
+        self._registry_source = registry_source
+        #: served name → the model's int8/uint8 calibration (core/quantize.py), embedded on first use
+        self._calibrations: dict[str, Calibration] = {}
+
+    @classmethod
+    def of(cls, settings: Settings, registry: Registry) -> "Serving":
+        """For a surface that already holds its loaded registry (Lambda, Modal's bulk path)."""
+        return cls(settings, lambda: registry)
+
+    @property
+    def registry(self) -> Registry:
+        registry = self._registry_source()
+        if registry is None:
+            raise NotReady("models are still loading")
+        return registry
+
+    def engine(self, model: str | None, capability: str) -> Engine:
+        """The engine for a request's ``model`` (None, "" or Infinity's client default: the one that fits)."""
+        return self.registry.get(None if model == UNSPECIFIED_MODEL else model, capability)
+
+    def calibration(self, engine: Engine) -> Calibration:
+        known = self._calibrations.get(engine.name)
+        if known is None:
+            known = self._calibrations.setdefault(engine.name, Calibration())
+        return known
