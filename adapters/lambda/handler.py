@@ -193,7 +193,7 @@ def _vector_bytes(dimension: int, encoding_format: str) -> int:
     return FLOAT_JSON_BYTES * dimension
 
 
-def least_response_bytes(event: Mapping[str, Any], registry: Registry) -> int | None:
+def least_response_bytes(event: Mapping[str, Any], registry: Registry, max_items: int | None = None) -> int | None:
     """The fewest bytes the JSON answer to an embeddings request can take, from the request alone
     (inputs × dimension × bytes per value of the encoding); None when it cannot be told (another route,
     a body the app will refuse, a multi-vector or quantized embedding)."""
@@ -204,6 +204,8 @@ def least_response_bytes(event: Mapping[str, Any], registry: Registry) -> int | 
     if not isinstance(body, dict):
         return None
     count = _input_count(body.get("input"))
+    if count is not None and max_items is not None and count > max_items:
+        return None  # over the app's own item limit: its 413 says so (which is the fix to offer)
     try:
         engine = registry.get(body.get("model"), "embeddings")
     except TesseraError:
@@ -246,9 +248,10 @@ def authorized(event: Mapping[str, Any], keys: list[bytes]) -> bool:
     return matched
 
 
-def refused_early(event: Mapping[str, Any], registry: Registry, limit: int, keys: list[bytes]) -> dict | None:
+def refused_early(event: Mapping[str, Any], registry: Registry, limit: int, keys: list[bytes],
+                  max_items: int | None = None) -> dict | None:
     """The 413 for a request whose answer cannot fit the payload limit, before any inference."""
-    least = least_response_bytes(event, registry)
+    least = least_response_bytes(event, registry, max_items)
     if least is None or least <= limit or not authorized(event, keys):
         return None
     error = TooLarge(
@@ -305,7 +308,7 @@ log.info("init done in %.2fs: models %s, %d threads%s", time.monotonic() - _init
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    refusal = refused_early(event, registry, response_limit, _api_keys)
+    refusal = refused_early(event, registry, response_limit, _api_keys, settings.max_items_per_request)
     if refusal is not None:
         return refusal
     remaining = getattr(context, "get_remaining_time_in_millis", None)
