@@ -18,8 +18,26 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: the loggers of uvicorn, which set up handlers of their own unless told not to
 UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
 
+#: level names other runtimes use (AWS Lambda's ``AWS_LAMBDA_LOG_LEVEL``: TRACE, WARN, FATAL) → Python's
+_ALIASES = {"TRACE": "DEBUG", "WARN": "WARNING", "FATAL": "CRITICAL"}
+
+
+def level_number(level: str) -> int:
+    """``info``, ``WARN``, ``TRACE``... as a ``logging`` level (INFO for a name that is not one)."""
+    name = _ALIASES.get(level.strip().upper(), level.strip().upper())
+    number = logging.getLevelName(name)
+    return number if isinstance(number, int) else logging.INFO
+
 
 def configure_logging(level: str = "info", *, fmt: str = "text") -> None:
+    """Log at ``level``. Where the host process already put a handler on the root logger before our
+    code ran (AWS Lambda's runtime interface client does, with its own text or JSON format), that
+    handler and its format are kept and only the level is set (in text format). ``fmt="json"`` puts
+    :class:`JsonFormatter` on the root logger and takes uvicorn's loggers over."""
+    root = logging.getLogger()
+    if fmt != "json" and root.handlers:
+        root.setLevel(level_number(level))
+        return
     if fmt == "json":
         handler = logging.StreamHandler()
         handler.setFormatter(JsonFormatter())
@@ -42,7 +60,7 @@ def uvicorn_log_options(fmt: str) -> dict[str, Any]:
 
 
 def _level(level: str) -> int:
-    return getattr(logging, level.upper(), logging.INFO)
+    return level_number(level)
 
 
 class TextFormatter(logging.Formatter):

@@ -8,7 +8,7 @@ Each config is ``backend:dtype`` (``torch:float32+compile`` adds torch.compile).
 prepared once per backend under .venv/models/ (ONNX export with both int8 flavours, CTranslate2
 conversion); ``onnx:int8-accurate`` picks the accurate int8 graph. Every config is also checked
 against the torch float32 vectors on the benchmark texts (worst cosine), so a fast wrong config shows.
-Reuses scripts/bench.py (texts, in-process cells, server start, HTTP cells, table printing).
+Built on the ``benchmarks`` package (texts, in-process cells, server, HTTP cells, tables).
 """
 
 from __future__ import annotations
@@ -17,15 +17,16 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import bench  # noqa: E402
+from benchmarks.artifacts import ensure_ct2, ensure_onnx
+from benchmarks.inprocess import inprocess_cells, load_engine
+from benchmarks.load import http_cell
+from benchmarks.parity import engine_worst_cosine
+from benchmarks.results import print_table
+from benchmarks.server import start_server, stop_server, wait_ready
+from benchmarks.texts import make_texts
 
 DEFAULT_CONFIGS = ("torch:float32,torch:bfloat16,torch:int8,onnx:float32,onnx:int8,onnx:int8-accurate,"
                    "ct2:float32,ct2:int8")
@@ -38,27 +39,15 @@ def spec_for(config: str, model_path: Path) -> dict:
     if dtype.endswith("+compile"):
         dtype, spec["compile"] = dtype[: -len("+compile")], True
     if backend == "onnx":
-        folder = bench.ensure_onnx(model_path)
+        folder = ensure_onnx(model_path)
         if dtype == "int8-accurate":
             dtype, spec["onnx_file"] = "int8", str(folder / "onnx" / "model_int8_accurate.onnx")
     elif backend == "ct2":
-        folder = bench.ensure_ct2(model_path)
+        folder = ensure_ct2(model_path)
     else:
         folder = model_path
     spec.update(path=str(folder), dtype=dtype)
     return spec
-
-
-def worst_cosine(spec: dict, reference, texts: list[str], threads: int) -> float:
-    import numpy as np
-
-    from core.config import ModelSpec, Settings
-    from core.engine import Engine
-    from core.tasks.embed import EmbedRequest
-
-    engine = Engine.load(ModelSpec(**spec), Settings(threads=threads))
-    got = engine.run_sync(EmbedRequest(texts=texts, normalize=True)).vectors
-    return float(np.min((got * reference).sum(axis=1)))
 
 
 def main() -> int:
@@ -75,24 +64,23 @@ def main() -> int:
     p.add_argument("--json", type=Path)
     args = p.parse_args()
 
-    from core.config import ModelSpec, Settings, default_model_path
-    from core.engine import Engine
+    from core.config import default_model_path
     from core.tasks.embed import EmbedRequest
 
     model_path = args.model or default_model_path()
     threads = args.threads or len(os.sched_getaffinity(0))
     kinds, batches = args.texts.split(","), [int(b) for b in args.batch.split(",")]
-    check_texts = bench.make_texts("mixed", 64, seed=1)
-    reference = Engine.load(ModelSpec(path=model_path, backend="torch"), Settings(threads=threads)).run_sync(
+    check_texts = make_texts("mixed", 64, seed=1)
+    reference = load_engine(model_path, threads, backend="torch").run_sync(
         EmbedRequest(texts=check_texts, normalize=True)).vectors
 
     rows, http_rows = [], []
     for config in args.configs.split(","):
         spec = spec_for(config, model_path)
         started = time.perf_counter()
-        cos = worst_cosine(spec, reference, check_texts, threads)
+        cos = engine_worst_cosine(spec, reference, check_texts, threads)
         load_s = time.perf_counter() - started
-        for row in bench.inprocess_cells(spec, kinds, batches, args.duration, threads):
+        for row in inprocess_cells(spec, kinds, batches, args.duration, threads):
             if row["path"].startswith("engine"):
                 rows.append({"config": config, "texts": row["texts"], "batch": row["batch"],
                              "emb/s": row["emb/s"], "p50 ms": row["p50 ms"], "worst cos vs torch fp32": f"{cos:.4f}",
@@ -100,22 +88,21 @@ def main() -> int:
         print(json.dumps(rows[-1]), flush=True)
         if args.http:
             served = {**spec, "name": "bench"}
-            proc = bench.start_server([served], args.port, threads, {})
+            proc = start_server([served], args.port, threads, {})
             try:
-                bench.wait_ready(f"http://127.0.0.1:{args.port}", proc)
+                wait_ready(f"http://127.0.0.1:{args.port}", proc)
                 for kind in kinds:
-                    texts = bench.make_texts(kind, 2048)
+                    texts = make_texts(kind, 2048)
                     for batch in batches:
-                        cell = asyncio.run(bench.http_cell(f"http://127.0.0.1:{args.port}", "bench", texts, kind,
-                                                           batch, args.concurrency, args.duration, None, {},
-                                                           proc.pid))
+                        cell = asyncio.run(http_cell(f"http://127.0.0.1:{args.port}", "bench", texts, kind,
+                                                     batch, args.concurrency, args.duration, None, {},
+                                                     proc.pid))
                         http_rows.append({"config": config, **cell.row()})
             finally:
-                proc.terminate()
-                proc.wait(30)
-    bench.print_table(rows, f"In-process engine (tokenize+run+pool), {threads} threads, {args.duration:.0f} s per cell")
+                stop_server(proc)
+    print_table(rows, f"In-process engine (tokenize+run+pool), {threads} threads, {args.duration:.0f} s per cell")
     if http_rows:
-        bench.print_table(http_rows, f"HTTP, closed loop, concurrency {args.concurrency}")
+        print_table(http_rows, f"HTTP, closed loop, concurrency {args.concurrency}")
     if args.json:
         args.json.write_text(json.dumps({"inprocess": rows, "http": http_rows}, indent=2))
     return 0

@@ -24,7 +24,8 @@ if ! ls .whl/*.whl >/dev/null 2>&1; then
 fi
 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || { echo "error: installing the wheels of .whl/ failed"; return 3; }
-export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+# the wheels, then this checkout (core/ and benchmarks/ are not installed here)
+export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 echo "[install] $(( $(date +%s) - t0 )) s"
 
 nvidia-smi || echo "(no nvidia-smi)"

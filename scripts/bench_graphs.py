@@ -18,15 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from scripts.bench import make_texts, mean_pool, plain_feeds_maker, plain_session  # noqa: E402
+from benchmarks.plain_ort import mean_pool, plain_feeds_maker, plain_session
+from benchmarks.texts import make_texts
 
 
 def timed(run, feeds: dict, batch: int, seconds: float) -> float:

@@ -1,11 +1,11 @@
 """Per-item cost of media input on this CPU: decode (data URI, loopback URL), CLIP 224 preprocessing,
-CLAP feature extraction, audio resampling. Run: PYTHONPATH=. .venv/bin/python scripts/bench_media.py"""
+CLAP feature extraction, audio resampling. Run: .venv/bin/python scripts/bench_media.py"""
 import os, time, io; os.environ["HF_HUB_OFFLINE"]="1"
 import numpy as np
 from PIL import Image
 from transformers import CLIPImageProcessorPil, ClapFeatureExtractor
 from core.media import MediaFetcher, MediaLimits
-from tests.multimodal.media_support import data_uri, audio_bytes, sine, MediaServer, Route
+from benchmarks.media import data_uri, audio_bytes, sine, MediaServer, Route
 rng=np.random.default_rng(0)
 img=Image.fromarray(rng.integers(0,255,(480,640,3),dtype=np.uint8)); b=io.BytesIO(); img.save(b,"JPEG",quality=90); jpg=b.getvalue()
 uri=data_uri(jpg,"image/jpeg"); f=MediaFetcher()

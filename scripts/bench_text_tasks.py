@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import time
 from pathlib import Path
 
+from benchmarks.artifacts import splade_dir
+from benchmarks.inprocess import load_engine
+from benchmarks.texts import SENTENCES
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def main() -> None:
@@ -22,9 +24,6 @@ def main() -> None:
     from core.tasks.embed import EmbedRequest
     from core.tasks.late_interaction import ScoreRequest
     from core.tasks.rerank import RerankRequest
-    from tests.support.engines import load_engine
-    from tests.support.sentences import SENTENCES
-    from tests.support.text_models import splade_dir
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)

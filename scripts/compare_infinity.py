@@ -23,130 +23,23 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import statistics
-import subprocess
-import sys
-import time
 from pathlib import Path
 
+from benchmarks.artifacts import ensure_onnx, token_counts_for
+from benchmarks.charts import charts
+from benchmarks.infinity import infinity_folder, start_infinity
+from benchmarks.load import http_cell
+from benchmarks.plain_ort import plain_ort_loop
+from benchmarks.server import peak_rss_mb, start_server, stop_server, wait_ready
+from benchmarks.texts import make_texts
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from scripts.bench import (  # noqa: E402
-    ensure_onnx, http_cell, make_texts, peak_rss_mb, plain_ort_loop, token_counts_for, wait_ready,
-)
 
 
-def infinity_folder(model_dir: Path, precision: str) -> Path:
-    """A copy of the model folder with the graph Infinity loads at its root (its optimum loader wants a
-    file name relative to the folder, so it is started with the folder as working directory)."""
-    from core.convert.onnx_export import export_head, quantize_int8
-
-    out = ROOT / ".venv" / "models" / f"infinity-{model_dir.name}-{precision}"
-    marker = out / ".complete"
-    if marker.exists():
-        return out
-    shutil.rmtree(out, ignore_errors=True)
-    shutil.copytree(model_dir, out, ignore=shutil.ignore_patterns("onnx", "*.onnx"))
-    plain = out / "model.onnx"
-    export_head(model_dir, plain, "encoder")
-    if precision == "int8":  # Infinity prefers a file whose name contains "quantize"
-        quantize_int8(plain, out / "model_quantized.onnx", "fast")
-    marker.write_text("ok")
-    return out
-
-
-def start_infinity(binary: str, folder: Path, port: int, precision: str) -> subprocess.Popen:
-    cmd = [binary, "v2", "--model-id", ".", "--served-model-name", "bench", "--engine", "optimum",
-           "--device", "cpu", "--batch-size", "32", "--host", "127.0.0.1", "--port", str(port),
-           "--log-level", "warning"]
-    if precision == "fp32":
-        cmd.append("--onnx-do-not-prefer-quantized")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0"}
-    return subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def start_tessera(folder: Path, port: int, precision: str, options: dict | None = None) -> subprocess.Popen:
-    spec = {"path": str(folder), "name": "bench", "backend": "onnx",
-            "dtype": "int8" if precision == "int8" else "float32", **(options or {})}
-    env = {**os.environ, "TESSERA_MODELS": json.dumps([spec]), "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "uvicorn", "core.dev:app", "--host", "127.0.0.1", "--port", str(port),
-           "--no-access-log", "--log-level", "warning", "--loop", "uvloop", "--http", "httptools"]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env)
-
-
-def wait_health(url: str, proc: subprocess.Popen, path: str) -> float:
-    if path == "/ready":
-        return wait_ready(url, proc)
-    import httpx
-
-    start = time.perf_counter()
-    while time.perf_counter() - start < 300:
-        if proc.poll() is not None:
-            raise SystemExit(f"{url} exited with {proc.returncode}")
-        try:
-            if httpx.get(url + path, timeout=2).status_code == 200:
-                return time.perf_counter() - start
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit(f"{url} not healthy in time")
-
-
-def charts(rows: list[dict], out_dir: Path, precision: str) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    kinds = sorted({r["texts"] for r in rows})
-    batches = sorted({r["batch"] for r in rows})
-    fig, axes = plt.subplots(len(batches), len(kinds), figsize=(4.2 * len(kinds), 3.4 * len(batches)), squeeze=False)
-    for i, batch in enumerate(batches):
-        for j, kind in enumerate(kinds):
-            ax = axes[i][j]
-            for server, style in (("tessera", "o-"), ("infinity", "s--")):
-                pts = sorted((r["conc"], r[f"{server} emb/s"]) for r in rows if r["texts"] == kind and r["batch"] == batch)
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=server.capitalize())
-            ax.set_xscale("log", base=2)
-            ax.set_ylim(bottom=0)
-            ax.set_title(f"{kind} texts, {batch} per request")
-            ax.set_xlabel("concurrency")
-            ax.set_ylabel("embeddings/s")
-            ax.grid(alpha=0.3)
-            ax.legend()
-    fig.suptitle(f"Throughput, all-MiniLM-L6-v2 {precision}, 2-core CPU")
-    fig.tight_layout()
-    path = out_dir / f"throughput-{precision}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
-
-    fig, axes = plt.subplots(1, len(kinds), figsize=(4.2 * len(kinds), 3.6), squeeze=False)
-    for j, kind in enumerate(kinds):
-        ax = axes[0][j]
-        cells = [r for r in rows if r["texts"] == kind]
-        labels = [f"b{r['batch']}×c{r['conc']}" for r in cells]
-        x = range(len(cells))
-        for k, (server, offset) in enumerate((("tessera", -0.2), ("infinity", 0.2))):
-            for pct, alpha in (("p99", 0.35), ("p50", 1.0)):
-                ax.bar([i + offset for i in x], [r[f"{server} {pct} ms"] for r in cells], width=0.38,
-                       alpha=alpha, color=f"C{k}", label=f"{server.capitalize()} {pct}")
-        ax.set_yscale("log")
-        ax.set_xticks(list(x), labels, rotation=60, fontsize=7)
-        ax.set_ylabel("latency ms (log)")
-        ax.set_title(f"{kind} texts")
-        ax.legend(fontsize=7)
-    fig.suptitle(f"Latency p50 / p99, {precision}")
-    fig.tight_layout()
-    path = out_dir / f"latency-{precision}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
-    return written
+def tessera_spec(folder: Path, precision: str, options: dict) -> dict:
+    return {"path": str(folder), "name": "bench", "backend": "onnx",
+            "dtype": "int8" if precision == "int8" else "float32", **options}
 
 
 def main() -> int:
@@ -182,13 +75,15 @@ def main() -> int:
     inf_dir = infinity_folder(model_dir, args.precision)
     servers = {}
     try:
-        for name, port, start, health in (
-            ("tessera", 8811, lambda port: start_tessera(tessera_dir, port, args.precision, options), "/ready"),
-            ("infinity", 8812, lambda port: start_infinity(args.infinity, inf_dir, port, args.precision), "/health"),
+        for name, port, start, health, timeout in (
+            ("tessera", 8811, lambda port: start_server([tessera_spec(tessera_dir, args.precision, options)], port,
+                                                        None, {}), "/ready", 180),
+            ("infinity", 8812, lambda port: start_infinity(args.infinity, inf_dir, port, args.precision), "/health",
+             300),
         ):
             proc = start(port)
             url = f"http://127.0.0.1:{port}"
-            servers[name] = {"proc": proc, "url": url, "start_s": wait_health(url, proc, health)}
+            servers[name] = {"proc": proc, "url": url, "start_s": wait_ready(url, proc, timeout, path=health)}
             print(f"{name}: healthy after {servers[name]['start_s']:.1f} s", flush=True)
         rows = []
         for kind in args.texts.split(","):
@@ -229,11 +124,7 @@ def main() -> int:
             s["peak_rss_mb"] = peak_rss_mb(s["proc"].pid)
     finally:
         for s in servers.values():
-            s["proc"].terminate()
-            try:
-                s["proc"].wait(30)
-            except subprocess.TimeoutExpired:
-                s["proc"].kill()
+            stop_server(s["proc"])
 
     tag = f"{args.precision}{args.tag}"
     print(f"\n### Tessera{' ' + json.dumps(options) if options else ''} vs Infinity 0.0.78, all-MiniLM-L6-v2 {args.precision}, {os.cpu_count()} CPUs, "

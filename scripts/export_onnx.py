@@ -13,12 +13,9 @@ Needs the [export] extra (torch, transformers, onnx, onnxruntime).
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from core.convert.onnx_export import export_folder  # noqa: E402
+from core.convert.onnx_export import export_folder
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -34,7 +31,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="fuse attention/LayerNorm/GELU in the fp32 graph too (GPU fp32; slower on CPU here)")
     parser.add_argument("--opset", type=int, default=17)
     parser.add_argument("--head", default=None,
-                        help="model head to export (encoder, sequence-classification, splade, masked-lm); "
+                        help="model head to export (encoder, sequence-classification, splade, masked-lm, causal-lm); "
                              "default: the head of the folder's detected task")
     return parser.parse_args(argv)
 

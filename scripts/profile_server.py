@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Where a loaded Tessera server spends its time: py-spy samples every thread of a real server on loopback
-while scripts/bench.py's closed-loop client loads it, then prints, per thread, the share of wall time in
+while the benchmarks' closed-loop client loads it, then prints, per thread, the share of wall time in
 the runtime (ONNX Runtime's ``Session.run``), in Python work, and waiting, and the hottest Python frames.
 
     python scripts/profile_server.py --dtype float32 --texts short --batch 32 --concurrency 64 --seconds 8
@@ -23,10 +23,10 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from scripts.bench import ensure_onnx, http_cell, make_texts, start_server, wait_ready  # noqa: E402
+from benchmarks.artifacts import ensure_onnx
+from benchmarks.load import http_cell
+from benchmarks.server import start_server, stop_server, wait_ready
+from benchmarks.texts import make_texts
 
 #: leaf frames that mean "this thread is waiting" (executor queue, event loop's selector, locks)
 WAITING = ("_worker (concurrent/futures/thread.py:81)", "Runner.run (asyncio/runners.py", "wait (threading.py",
@@ -101,8 +101,7 @@ def main() -> int:
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         loader.join()
     finally:
-        proc.terminate()
-        proc.wait(30)
+        stop_server(proc)
     summary = summarize(raw)
     print(f"load: {args.texts} × {args.batch} per request, {args.concurrency} clients, {args.dtype} {spec}: "
           f"{result.get('emb/s', 0):.0f} emb/s, server CPU {result.get('server cpu %') or 0:.0f}%, "

@@ -14,21 +14,11 @@ import argparse
 import asyncio
 import json
 import random
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from scripts.bench import ensure_onnx, make_texts, start_server, wait_ready  # noqa: E402
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+from benchmarks.artifacts import ensure_onnx
+from benchmarks.server import rss_mb, start_server, stop_server, wait_ready
+from benchmarks.texts import make_texts
 
 
 def request_mix(rng: random.Random, pools: dict[str, list[str]]) -> tuple[dict, set[int]]:
@@ -105,8 +95,7 @@ def main() -> int:
         wait_ready(url, proc)
         return asyncio.run(run(url, args.minutes, args.concurrency, args.interval, proc.pid))
     finally:
-        proc.terminate()
-        proc.wait(30)
+        stop_server(proc)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,16 @@
-"""scripts/bench.py's plain in-process ONNX Runtime loop is the denominator of the "Tessera/plain" ratio
-in docs/benchmarks.md: it must compute the same embeddings as the reference, or the ratio means nothing."""
+"""The plain in-process ONNX Runtime loop (benchmarks.plain_ort; scripts/compare_infinity.py --plain) is
+the denominator of the "Tessera/plain" ratio in docs/benchmarks.md: it must compute the same
+embeddings as the reference, or the ratio means nothing."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from tests.infra.conftest import load_script
-
-bench = load_script("bench")
+from benchmarks.plain_ort import plain_ort_embedder, plain_ort_loop
 
 
 def test_plain_embedder_matches_sentence_transformers(minilm_onnx_dir, minilm_dir, st_minilm, sentences):
-    embed = bench.plain_ort_embedder(minilm_onnx_dir / "onnx" / "model.onnx", minilm_dir / "tokenizer.json",
-                                     threads=1)
+    embed = plain_ort_embedder(minilm_onnx_dir / "onnx" / "model.onnx", minilm_dir / "tokenizer.json", threads=1)
     got = embed(sentences)
     want = st_minilm.encode(sentences, normalize_embeddings=True)
     assert got.shape == want.shape
@@ -20,6 +18,6 @@ def test_plain_embedder_matches_sentence_transformers(minilm_onnx_dir, minilm_di
 
 
 def test_plain_loop_reports_a_positive_rate(minilm_onnx_dir, minilm_dir, sentences):
-    rate = bench.plain_ort_loop(minilm_onnx_dir / "onnx" / "model.onnx", minilm_dir / "tokenizer.json",
-                                sentences, batch=2, duration=0.2, threads=1)
+    rate = plain_ort_loop(minilm_onnx_dir / "onnx" / "model.onnx", minilm_dir / "tokenizer.json",
+                          sentences, batch=2, duration=0.2, threads=1)
     assert rate > 0

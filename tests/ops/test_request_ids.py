@@ -106,7 +106,7 @@ def test_in_flight_cap_refusal_is_its_own_reason(minilm_onnx_dir):
 
 def test_model_load_failures_are_counted(minilm_onnx_dir, tmp_path):
     models = [{"path": str(minilm_onnx_dir), "name": "good"}, {"path": str(tmp_path / "missing"), "name": "bad"}]
-    with client_for(models=models) as c:
+    with client_for(models=models, allow_degraded=True) as c:  # serve the good one despite the bad
         text = c.get("/metrics").text
     assert 'tessera_model_load_failures_total{model="bad"} 1.0' in text
     assert "tessera_models_loaded 1.0" in text

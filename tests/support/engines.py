@@ -1,13 +1,6 @@
-"""Build one in-process Engine from a folder (the same load path as the server) and call it synchronously."""
+"""Build one in-process Engine from a folder (the same load path as the server): ``benchmarks.inprocess``
+holds it (the benchmarks load engines the same way)."""
 
-from __future__ import annotations
+from benchmarks.inprocess import load_engine
 
-from pathlib import Path
-
-from core.config import ModelSpec, Settings
-from core.engine import Engine
-
-
-def load_engine(path: Path, **spec) -> Engine:
-    model = ModelSpec(path=path, **spec)
-    return Engine.load(model, Settings(models=[model], threads=2))
+__all__ = ["load_engine"]

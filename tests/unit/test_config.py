@@ -77,6 +77,10 @@ def test_cli_help_lists_every_option_with_its_env_var():
     for name in Settings.model_fields:
         assert f"TESSERA_{name.upper()}" in out, name
     assert "--model PATH[:NAME]" in out
+    flat = " ".join(out.split())
+    assert "(default: None)" not in flat  # argparse's own, which hid every real default
+    assert "TESSERA_PORT; default 8000)" in flat and "TESSERA_SHUTDOWN_GRACE_S; default 25.0)" in flat
+    assert "auto | torch | onnx | ct2 | neuron" in flat
 
 
 def test_settings_from_env_reads_the_mapping_it_is_given(monkeypatch):

@@ -1,0 +1,61 @@
+"""The Tessera/Infinity comparison's charts (matplotlib, PNG): throughput over concurrency, p50/p99 latency."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def charts(rows: list[dict], out_dir: Path, precision: str) -> list[Path]:
+    """``throughput-{precision}.png`` and ``latency-{precision}.png`` in ``out_dir`` from the comparison rows."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    kinds = sorted({r["texts"] for r in rows})
+    batches = sorted({r["batch"] for r in rows})
+    fig, axes = plt.subplots(len(batches), len(kinds), figsize=(4.2 * len(kinds), 3.4 * len(batches)), squeeze=False)
+    for i, batch in enumerate(batches):
+        for j, kind in enumerate(kinds):
+            ax = axes[i][j]
+            for server, style in (("tessera", "o-"), ("infinity", "s--")):
+                pts = sorted((r["conc"], r[f"{server} emb/s"]) for r in rows if r["texts"] == kind and r["batch"] == batch)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=server.capitalize())
+            ax.set_xscale("log", base=2)
+            ax.set_ylim(bottom=0)
+            ax.set_title(f"{kind} texts, {batch} per request")
+            ax.set_xlabel("concurrency")
+            ax.set_ylabel("embeddings/s")
+            ax.grid(alpha=0.3)
+            ax.legend()
+    fig.suptitle(f"Throughput, all-MiniLM-L6-v2 {precision}, 2-core CPU")
+    fig.tight_layout()
+    path = out_dir / f"throughput-{precision}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+
+    fig, axes = plt.subplots(1, len(kinds), figsize=(4.2 * len(kinds), 3.6), squeeze=False)
+    for j, kind in enumerate(kinds):
+        ax = axes[0][j]
+        cells = [r for r in rows if r["texts"] == kind]
+        labels = [f"b{r['batch']}×c{r['conc']}" for r in cells]
+        x = range(len(cells))
+        for k, (server, offset) in enumerate((("tessera", -0.2), ("infinity", 0.2))):
+            for pct, alpha in (("p99", 0.35), ("p50", 1.0)):
+                ax.bar([i + offset for i in x], [r[f"{server} {pct} ms"] for r in cells], width=0.38,
+                       alpha=alpha, color=f"C{k}", label=f"{server.capitalize()} {pct}")
+        ax.set_yscale("log")
+        ax.set_xticks(list(x), labels, rotation=60, fontsize=7)
+        ax.set_ylabel("latency ms (log)")
+        ax.set_title(f"{kind} texts")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Latency p50 / p99, {precision}")
+    fig.tight_layout()
+    path = out_dir / f"latency-{precision}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+    return written
