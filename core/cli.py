@@ -1,7 +1,8 @@
-"""``python -m core serve [--model PATH[:NAME]]... [--port N] ...`` over the same Settings.
+"""``python -m core serve [--model PATH[:NAME]]... [--port N] ...`` over the same Settings, and
+``python -m core download [MODEL...] [--revision R] [--backend B]`` (Hub models into the Hugging Face cache).
 
-Every Settings field becomes an option (``--max-request-bytes``), each listing its ``TESSERA_`` variable;
-options given on the command line win over the environment.
+Every Settings field becomes an option of ``serve`` (``--max-request-bytes``), each listing its ``TESSERA_``
+variable; options given on the command line win over the environment.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 
 from core.backends.registry import BACKENDS
 from core.config import ModelSpec, Settings, settings_from_env
-from core.errors import ConfigError
+from core.errors import ConfigError, StartupFailed, TesseraError
 
 _SKIP = {"models"}  # given as --model (or TESSERA_MODELS / a config file for full specs)
 
@@ -43,11 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve models over HTTP (uvicorn)")
     serve.add_argument("--model", action="append", default=[], metavar="PATH[:NAME]",
-                       help="a model folder to serve, optionally with its served name (repeatable); "
+                       help="a model folder or Hugging Face Hub id (org/name) to serve, optionally with its "
+                            "served name (repeatable); "
                             "env TESSERA_MODELS (JSON list of specs with more fields: "
                             + ", ".join(ModelSpec.model_fields) + ")")
     serve.add_argument("--backend", default=None,
                        help="backend for every --model: " + " | ".join(["auto", *BACKENDS]) + " (default auto)")
+    serve.add_argument("--revision", default=None,
+                       help="Hub branch, tag or commit for every --model (each must then be a Hub id)")
     for name, field in Settings.model_fields.items():
         if name in _SKIP:
             continue
@@ -60,36 +64,134 @@ def build_parser() -> argparse.ArgumentParser:
             serve.add_argument("--api-key", dest="api_keys", action="append", default=None, help=help_text)
         else:
             serve.add_argument(flag, dest=name, default=None, help=help_text)
+    download = sub.add_parser(
+        "download", help="fetch Hugging Face Hub models into the Hugging Face cache (HF_HOME), for serving offline",
+        description="Fetch each MODEL (a Hub id org/name) into the Hugging Face cache, only the files BACKEND "
+                    "reads; without MODEL, the Hub models of the configured settings (TESSERA_MODELS / "
+                    "TESSERA_CONFIG). Honours HF_HOME, HF_TOKEN and HF_ENDPOINT.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    download.add_argument("models", nargs="*", metavar="MODEL", help="Hub ids (org/name)")
+    download.add_argument("--revision", default=None, help="branch, tag or commit (default: main)")
+    download.add_argument("--backend", default="auto", help="the backend whose files to fetch: "
+                          "auto (weights and the ONNX graph when there is one) | torch | onnx | ct2 | neuron")
+    download.add_argument("--dtype", default="float32", help="the dtype whose ONNX graph to fetch")
+    _add_prepare(sub)
     return parser
+
+
+def _add_prepare(sub) -> None:
+    prepare = sub.add_parser(
+        "prepare", help="fill the export cache ahead of time (image builds, volume seeding): the same choice "
+        "`serve` makes, so a later start finds each model's checked ONNX graph instead of exporting it")
+    prepare.add_argument("--model", action="append", default=[], metavar="PATH[:NAME]",
+                         help="a model folder (repeatable); default: TESSERA_MODELS / TESSERA_CONFIG, else the "
+                              "embedded default model")
+    prepare.add_argument("--cache-dir", dest="cache_dir", default=None,
+                         help="export cache (env TESSERA_CACHE_DIR; default under the user's cache directory)")
+
+
+def prepare(settings: Settings) -> int:
+    """Choose each configured model's backend as ``serve`` would, with the export on; print one line per
+    model. Exit status 1 when a model could not be prepared (its export or check failed, or it is broken)."""
+    import logging
+
+    from core.backends.registry import choose
+    from core.loading import detect_task, read_model_info
+    from core.tasks import task_class
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    status = 0
+    for spec in settings.model_specs():
+        try:
+            info = read_model_info(spec.path, max_length=spec.max_length)
+            task = detect_task(info) if spec.task == "auto" else spec.task
+            choice = choose(spec, head=task_class(task).head, cache_dir=settings.cache_dir, auto_export=True)
+        except ConfigError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported per model; the others are still prepared
+            print(f"{spec.served_name}: failed: {type(exc).__name__}: {exc}")
+            status = 1
+            continue
+        print(f"{spec.served_name}: {choice.backend} ({choice.reason})")
+        if choice.fell_back:
+            status = 1
+    return status
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     given = {k: v for k, v in vars(args).items() if k in Settings.model_fields and v is not None}
     if args.model:
         specs = [_parse_model(m) for m in args.model]
-        if args.backend:
-            for spec in specs:
+        for spec in specs:
+            if getattr(args, "backend", None):
                 spec["backend"] = args.backend
+            if getattr(args, "revision", None):
+                spec["revision"] = args.revision
         given["models"] = specs
     return settings_from_env(os.environ, **given)
 
 
+def download(args: argparse.Namespace) -> int:
+    """Fetch every MODEL (or the configured Hub models); one line per model, errors on stderr."""
+    from core.hub import fetch, hub_id_of
+
+    if args.models:
+        specs = [ModelSpec(path=m, revision=args.revision, backend=args.backend, dtype=args.dtype) for m in args.models]
+    else:
+        specs = Settings().model_specs()
+    failures = 0
+    for spec in specs:
+        repo_id = hub_id_of(spec.path)
+        if repo_id is None:
+            if spec.path.is_dir():
+                print(f"{spec.path}: a local folder, nothing to fetch")
+                continue
+            print(f"error: {str(spec.path)!r} is neither a local folder nor a Hugging Face Hub id (org/name)",
+                  file=sys.stderr)
+            failures += 1
+            continue
+        try:
+            folder, sha = fetch(repo_id, revision=spec.revision, backend=spec.backend, dtype=spec.dtype,
+                                onnx_file=spec.onnx_file, trust_remote_code=spec.trust_remote_code)
+        except TesseraError as exc:
+            print(f"error: {exc.message}", file=sys.stderr)
+            failures += 1
+            continue
+        print(f"{repo_id} {sha} {folder}")
+    return 1 if failures else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "download":
+        return download(args)
     try:
         settings = settings_from_args(args)
     except ConfigError as exc:
         print(f"tessera: {exc.message}", file=sys.stderr)
         return 2
+    if args.command == "prepare":
+        return prepare(settings)
     import uvicorn
 
     from core.api.app import create_app
+    from core.engine import Registry
     from core.logs import configure_logging
+    from core.metrics import Metrics
 
     configure_logging(settings.log_level)
     from core.api.http_limits import http_options
 
-    uvicorn.run(create_app(settings), host=settings.host, port=int(settings.port), loop="auto",
+    # load before listening (as the lifespan would), so a start-up that cannot serve exits with its reason
+    metrics = Metrics()
+    registry = Registry.from_settings(settings, metrics)
+    try:
+        registry.raise_if_unusable()
+    except StartupFailed as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 1
+    app = create_app(settings, registry, metrics=metrics)
+    uvicorn.run(app, host=settings.host, port=int(settings.port), loop="auto",
                 **http_options(settings.max_header_bytes), access_log=False, log_level=settings.log_level,
                 timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s))  # 0: stop now
     return 0

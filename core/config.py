@@ -32,14 +32,19 @@ class ModelSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
-    path: Path = Field(description="local model folder (Hugging Face / sentence-transformers layout)")
-    name: str | None = Field(default=None, description="served name; defaults to the folder name")
+    path: Path = Field(description="local model folder (Hugging Face / sentence-transformers layout), or a "
+                       "Hugging Face Hub id org/name (fetched into the Hugging Face cache; docs/models.md)")
+    revision: str | None = Field(
+        default=None, description="Hub id only: branch, tag or commit to serve (default: the repository's main)"
+    )
+    name: str | None = Field(default=None, description="served name; defaults to the folder name, or the Hub id")
     task: str = Field(default="auto", description="task; 'auto' detects it from the folder")
     backend: str = Field(default="auto", description="auto | torch | onnx | ct2 | neuron")
     device: str = Field(default="cpu", description="cpu | cuda | cuda:N | neuron")
     dtype: str = Field(default="float32", description="float32 | float16 | bfloat16 | int8 (ct2 also int8_float32, int8_float16)")
     onnx_file: Path | None = Field(
-        default=None, description="ONNX graph to run; default: <path>/onnx/model.onnx or <path>/model.onnx"
+        default=None, description="ONNX graph to run, relative to the model folder unless absolute; default: "
+        "the folder's graph for the dtype (onnx/model.onnx, model.onnx; int8: onnx/model_int8.onnx)"
     )
     max_batch_tokens: int | None = Field(
         default=None, gt=0,
@@ -82,9 +87,21 @@ class ModelSpec(BaseModel):
         default=None, description="onnx backend: execution providers in order (default: from device)"
     )
 
+    @model_validator(mode="after")
+    def _onnx_file_in_folder(self) -> "ModelSpec":
+        """A relative ``onnx_file`` names a file of the model folder, not of the working directory."""
+        from core.hub import hub_id_of
+
+        # (a Hub id's relative onnx_file names a file of the repository: core.hub resolves it in the snapshot)
+        if self.onnx_file is not None and not self.onnx_file.is_absolute() and hub_id_of(self.path) is None:
+            self.onnx_file = self.path / self.onnx_file
+        return self
+
     @property
     def served_name(self) -> str:
-        return self.name or self.path.name
+        from core.hub import hub_id_of
+
+        return self.name or hub_id_of(self.path) or self.path.name
 
     @property
     def batch_tokens(self) -> int:
@@ -93,6 +110,20 @@ class ModelSpec(BaseModel):
         if self.max_batch_tokens is not None:
             return self.max_batch_tokens
         return CPU_BATCH_TOKENS if self.device == "cpu" else ACCELERATOR_BATCH_TOKENS
+
+
+def default_cache_dir() -> Path:
+    """The user's cache directory + ``tessera``: ``$XDG_CACHE_HOME`` or ``~/.cache`` (Linux and others),
+    ``~/Library/Caches`` (macOS), ``%LOCALAPPDATA%`` (Windows)."""
+    import sys
+
+    if sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    elif os.name == "nt":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "tessera"
 
 
 def default_model_path() -> Path:
@@ -112,6 +143,29 @@ def default_model_path() -> Path:
             "(or set TESSERA_MODELS to a local model folder)"
         )
     return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+#: settings holding paths: in a config file, a relative one is relative to the file's folder
+_PATH_SETTINGS = ("api_keys_file", "cache_dir")
+
+
+def _hub_id_beside(path: str, base: Path) -> bool:
+    """``org/name`` with no such folder beside the config file: a Hugging Face Hub id, kept as written."""
+    from core.hub import hub_id_of
+
+    return hub_id_of(path) is not None and not (base / path).exists()
+
+
+def _relative_to(data: dict, base: Path) -> None:
+    """Resolve a config file's relative paths (models' ``path``, ``_PATH_SETTINGS``) against ``base``, in place.
+    A model's relative ``onnx_file`` then resolves against its (now absolute) folder."""
+    for key in _PATH_SETTINGS:
+        if isinstance(data.get(key), str) and not Path(data[key]).expanduser().is_absolute():
+            data[key] = str(base / data[key])
+    for model in data.get("models") or ():
+        if isinstance(model, dict) and isinstance(model.get("path"), str):
+            if not Path(model["path"]).expanduser().is_absolute() and not _hub_id_beside(model["path"], base):
+                model["path"] = str(base / model["path"])
 
 
 class _ConfigFileSource(PydanticBaseSettingsSource):
@@ -138,6 +192,7 @@ class _ConfigFileSource(PydanticBaseSettingsSource):
             data = {"models": data}
         if not isinstance(data, dict):
             raise ValueError(f"{self._path}: expected a mapping or a list of models")
+        _relative_to(data, Path(self._path).resolve().parent)
         return data
 
 
@@ -167,6 +222,11 @@ class Settings(BaseSettings):
     metrics_public: bool = Field(default=False, description="serve /metrics without an API key")
     max_inflight_requests: int = Field(default=512, gt=0, description="requests in progress before 429")
     max_tokens_per_request: int = Field(default=262_144, gt=0, description="tokens in one request (413)")
+    allow_degraded: bool = Field(
+        default=False, description="start even when some (not all) models fail to load: the others serve, the "
+        "failed ones answer 503 and are listed on /ready; false: any model that fails to load fails start-up "
+        "(a server none of whose models loaded always fails)",
+    )
     shutdown_grace_s: float = Field(
         default=25.0, ge=0, description="on SIGTERM: time for in-flight work to finish (new work gets 503)"
     )
@@ -181,6 +241,13 @@ class Settings(BaseSettings):
     media_fetch_timeout_s: float = Field(default=10.0, gt=0, description="wall-clock limit of one URL fetch")
     media_max_redirects: int = Field(default=3, ge=0, description="redirects followed (each one re-checked)")
     media_allow_urls: bool = Field(default=True, description="fetch http(s) URLs; false: data: URIs only")
+    cache_dir: Path = Field(
+        default_factory=default_cache_dir,
+        description="where ONNX graphs exported for `backend: auto` are kept (content-addressed; "
+        "`python -m core prepare` fills it ahead of time)")
+    auto_export: bool = Field(
+        default=True, description="`backend: auto` on CPU: export a folder without an ONNX graph to ONNX once "
+        "(checked against torch, cached in cache_dir) and serve it with ONNX Runtime; false: serve it with torch")
     media_allow: list[str] = Field(
         default_factory=list,
         description="host names or networks (CIDR) fetched despite the private/loopback/link-local guard "

@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.backends.base import Backend
-from core.backends.registry import create_backend
+from core.backends.registry import Choice, choose, create_backend
 from core.batching import Batcher, BatchStats
 from core.config import ModelSpec, Settings
-from core.errors import ModelNotFound, NotReady, OutOfMemory, TesseraError, TooLarge, Unsupported
+from core.errors import ModelNotFound, NotReady, OutOfMemory, StartupFailed, TesseraError, TooLarge, Unsupported
+from core.hub import resolve_source
 from core.loading import detect_task, read_model_info
 from core.metrics import Metrics
-from core.tasks import create_task
+from core.tasks import create_task, task_class
 from core.tasks.base import Task
 
 log = logging.getLogger(__name__)
@@ -27,15 +28,20 @@ UNHEALTHY_AFTER = 3
 
 
 class Engine:
-    def __init__(self, spec: ModelSpec, task: Task, backend: Backend, *, settings: Settings, metrics: Metrics | None = None):
+    def __init__(self, spec: ModelSpec, task: Task, backend: Backend, *, settings: Settings, metrics: Metrics | None = None,
+                 model_sha: str | None = None):
         self.spec = spec
         self.name = spec.served_name
+        #: the commit served when the spec names a Hub id (None for a local folder); /v1/models and /info show it
+        self.model_sha = model_sha
         self.task = task
         self.backend = backend
         self.metrics = metrics
         self.consecutive_failures = 0
         self.max_tokens_per_request = settings.max_tokens_per_request
         self.last_error: str | None = None
+        #: why this backend serves the model (``/v1/models``' backend_reason); set by ``load``
+        self.choice = Choice(backend.name, "given to the engine")
         #: the effective batch limit: the backend's fixed compiled batch, else the spec's (the one place it is read)
         self.max_batch_size: int = backend.max_batch_size or spec.max_batch_size
         self._prep = ThreadPoolExecutor(max_workers=max(1, settings.threads), thread_name_prefix=f"prep-{self.name}")
@@ -54,24 +60,60 @@ class Engine:
         )
 
     @classmethod
-    def load(cls, spec: ModelSpec, settings: Settings, metrics: Metrics | None = None) -> "Engine":
-        """Read the folder, build the task, load the backend (blocking: call from a thread at start-up)."""
-        backend = create_backend(spec)
+    def load(cls, spec: ModelSpec, settings: Settings, metrics: Metrics | None = None, *,
+             warm_up: bool = True) -> "Engine":
+        """Read the folder, choose and load the backend, build the task, warm up (blocking: call from a
+        thread at start-up; ``/ready`` answers 200 only after it). A Hub id is first resolved to its cached
+        snapshot (fetched when missing and the Hub is reachable)."""
+        source = resolve_source(spec)
+        spec = source.spec
         info = read_model_info(spec.path, max_length=spec.max_length)
         if info.config.get("auto_map") and not spec.trust_remote_code:
             raise Unsupported(
                 f"model {spec.served_name!r}: its config.json names custom Python code (auto_map), which is not "
                 "run unless the model's spec sets trust_remote_code: true"
             )
+        task_name = detect_task(info) if spec.task == "auto" else spec.task
+        choice = choose(spec, head=task_class(task_name).head, cache_dir=settings.cache_dir,
+                        auto_export=settings.auto_export)
+        log.info("model %s: backend %s (%s)", spec.served_name, choice.backend, choice.reason)
+        backend = create_backend(spec, choice)
         # a static-shape backend (Neuron buckets) caps the length the tokenizer truncates/refuses at
         limit = backend.max_sequence_length
         if limit and info.max_length > limit:
             info = dataclasses.replace(info, max_length=limit)
-        task_name = detect_task(info) if spec.task == "auto" else spec.task
         task = create_task(task_name, info, spec)
         backend.load(spec.path, head=task.head, device=spec.device, dtype=spec.dtype,
                      threads=spec.threads or settings.threads)
-        return cls(spec, task, backend, settings=settings, metrics=metrics)
+        engine = cls(spec, task, backend, settings=settings, metrics=metrics, model_sha=source.sha)
+        engine.choice = choice
+        if warm_up:
+            engine.warm_up()
+        return engine
+
+    def warm_up(self) -> list[tuple[int, ...]]:
+        """One batch of every shape class the batcher forms (``Task.warmup_batches``: per length bucket up
+        to the model's maximum, as many items as the token budget lets in; per modality for multi-modal
+        models), run through the backend before the model serves, so the first request pays no first-run
+        cost (allocator growth, kernel selection, lazy initialisation). Returns the input shapes run."""
+        started = time.monotonic()
+        shapes = []
+        try:
+            batches = self.task.warmup_batches(self.spec.batch_tokens, self.max_batch_size)
+        except (TesseraError, RuntimeError, ValueError, OSError) as exc:
+            log.warning("model %s: no warm-up (%s: %s)", self.name, type(exc).__name__, exc)
+            batches = []
+        for inputs in batches:
+            shape = tuple(next(iter(inputs.values())).shape)
+            try:
+                self.backend.run(inputs)
+            except (TesseraError, RuntimeError, ValueError, MemoryError) as exc:  # requests of that shape will fail too
+                log.warning("model %s: warm-up batch %s failed: %s: %s", self.name, shape, type(exc).__name__, exc)
+                continue
+            shapes.append(shape)
+        if shapes:
+            log.info("model %s: warmed up on %d batch shapes in %.2fs", self.name, len(shapes), time.monotonic() - started)
+        return shapes
 
     # serving ---------------------------------------------------------------------------------
     async def __call__(self, request: Any, *, deadline: float | None = None) -> Any:
@@ -133,8 +175,9 @@ class Engine:
 
     def describe(self) -> dict:
         """What this engine is: its modalities, then what the task and the backend describe (the API's
-        model cards wrap this in their wire format)."""
-        return {"modalities": list(self.task.modalities), **self.task.describe(), **self.backend.describe()}
+        model cards wrap this in their wire format); ``model_sha``: the Hub commit served (None: a folder)."""
+        return {"model_sha": self.model_sha, "modalities": list(self.task.modalities), **self.task.describe(),
+                **self.backend.describe(), "backend_reason": self.choice.reason}
 
     async def start(self) -> None:
         await self.batcher.start()
@@ -154,13 +197,16 @@ class FailedModel:
 class Registry:
     engines: dict[str, Engine] = field(default_factory=dict)
     failed: dict[str, FailedModel] = field(default_factory=dict)
+    #: settings.allow_degraded: serve (and report ready) with the models that loaded when others failed
+    allow_degraded: bool = False
     #: the event loop the batchers were started in by ``ensure_started`` (None: not started that way)
     _loop: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_settings(cls, settings: Settings, metrics: Metrics | None = None) -> "Registry":
-        """Load every configured model. A model that fails to load is recorded; the others serve."""
-        registry = cls()
+        """Load every configured model. A model that fails to load is recorded in ``failed``, and the others
+        still load; whether that may serve is :meth:`raise_if_unusable`'s rule."""
+        registry = cls(allow_degraded=settings.allow_degraded)
         for spec in settings.model_specs():
             started = time.monotonic()
             try:
@@ -186,7 +232,8 @@ class Registry:
                 candidates = [e for e in self.engines.values() if capability in e.task.capabilities]
                 if len(candidates) != 1:
                     raise ModelNotFound(
-                        f"several models are served; name one in 'model' (one of {sorted(self.engines)})",
+                        f"several models are served; name one in 'model' (one of {sorted(self.engines)}; "
+                        "on TEI's routes, which have no 'model' field: ?model=NAME or an X-Model header)",
                         param="model",
                     )
                 engine = candidates[0]
@@ -206,9 +253,23 @@ class Registry:
             )
         return engine
 
+    def raise_if_unusable(self, allow_degraded: bool | None = None) -> None:
+        """The start-up rule every surface applies after loading: ``StartupFailed`` (naming each failure)
+        when no model loaded, or when any failed and ``allow_degraded`` (default: the settings') is off."""
+        allow = self.allow_degraded if allow_degraded is None else allow_degraded
+        reasons = "; ".join(f"{name}: {f.error}" for name, f in self.failed.items())
+        if not self.engines:
+            raise StartupFailed(f"no model could be loaded ({reasons or 'none configured'})")
+        if self.failed and not allow:
+            raise StartupFailed(
+                f"{len(self.failed)} of {len(self.failed) + len(self.engines)} models failed to load ({reasons}); "
+                "set allow_degraded (TESSERA_ALLOW_DEGRADED=true) to serve the others"
+            )
+
     @property
     def ready(self) -> bool:
-        return bool(self.engines) and not self.failed and all(e.healthy for e in self.engines.values())
+        return (bool(self.engines) and (self.allow_degraded or not self.failed)
+                and all(e.healthy for e in self.engines.values()))
 
     async def start(self) -> None:
         for engine in self.engines.values():

@@ -113,6 +113,19 @@ class Timeout(TesseraError):
     status, type, code = 504, "timeout_error", "deadline_exceeded"
 
 
+class ModelUnavailable(TesseraError):
+    """A model's files cannot be had: no such folder, a Hub id that is not cached while offline, a
+    repository, revision or file the Hub does not have."""
+
+    status, type, code = 503, "server_error", "model_unavailable"
+
+
+class StartupFailed(TesseraError):
+    """The configured models cannot be served as asked (none loaded, or some failed without allow_degraded)."""
+
+    status, type, code = 503, "server_error", "startup_failed"
+
+
 class ConfigError(TesseraError):
     """Settings that cannot be used: one line per problem (field, value, a suggestion)."""
 

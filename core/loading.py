@@ -74,6 +74,10 @@ def _pooling_mode(cfg: dict[str, Any]) -> str:
     return "+".join(modes) or "mean"
 
 
+#: model types whose position ids start at pad_token_id + 1 (RoBERTa's scheme): that many fewer tokens fit
+OFFSET_POSITIONS = frozenset({"roberta", "xlm-roberta", "camembert", "longformer"})
+
+
 def read_model_info(folder: Path, *, max_length: int | None = None) -> ModelInfo:
     """Inspect ``folder``; raise ``InvalidInput`` when it is not a model folder."""
     folder = Path(folder)
@@ -96,6 +100,8 @@ def read_model_info(folder: Path, *, max_length: int | None = None) -> ModelInfo
     st_cfg = _read_json(folder / "sentence_bert_config.json")
     tok_cfg = _read_json(folder / "tokenizer_config.json")
     positions = config.get("max_position_embeddings") or 10**6
+    if config.get("model_type") in OFFSET_POSITIONS:  # positions start after the padding index
+        positions -= int(config.get("pad_token_id") or 1) + 1
     tok_limit = tok_cfg.get("model_max_length") or 10**6
     limit = min(int(positions), int(max_length or st_cfg.get("max_seq_length") or min(tok_limit, positions)))
     st_model_cfg = _read_json(folder / "config_sentence_transformers.json")
@@ -144,12 +150,53 @@ def is_multi_output(folder: Path) -> bool:
                for n in ("sparse_linear", "colbert_linear"))
 
 
+def is_causal_lm(info: ModelInfo) -> bool:
+    return any(a.endswith("ForCausalLM") for a in info.architectures)
+
+
+def logit_score_config(folder: Path) -> dict[str, Any] | None:
+    """The config of a sentence-transformers ``LogitScore`` module (a causal-LM reranker scored by the logits
+    of its true/false tokens: ``true_token_id``, ``false_token_id``), or None when modules.json lists none."""
+    folder = Path(folder)
+    modules = _read_json(folder / "modules.json") if (folder / "modules.json").exists() else []
+    for module in modules if isinstance(modules, list) else ():
+        if str(module.get("type", "")).rsplit(".", 1)[-1] == "LogitScore":
+            return _read_json(folder / str(module.get("path", "")) / "config.json")
+    return None
+
+
+def _names_a_reranker(folder: Path) -> bool:
+    """The folder's name says "reranker" (in a Hugging Face cache, the ``models--org--name`` folder above
+    ``snapshots/<revision>``)."""
+    folder = Path(folder).resolve()
+    names = [folder.name]
+    if folder.parent.name == "snapshots":
+        names.append(folder.parent.parent.name)
+    return any("rerank" in name.lower() for name in names)
+
+
+def is_llm_reranker(info: ModelInfo) -> bool:
+    """A causal LM that reranks by the logits of its "yes"/"no" tokens (Qwen3-Reranker layout): its
+    modules.json has a sentence-transformers ``LogitScore`` module; or it is a ``*ForCausalLM`` whose
+    config_sentence_transformers.json names a CrossEncoder; or a ``*ForCausalLM`` without sentence-transformers
+    modules whose folder is named as a reranker (the original Qwen3-Reranker folders carry nothing else that
+    tells them from a chat model; any other causal LM reranks with spec ``task: rerank``)."""
+    if logit_score_config(info.folder) is not None:
+        return True
+    if not is_causal_lm(info):
+        return False
+    if _read_json(info.folder / "config_sentence_transformers.json").get("model_type") == "CrossEncoder":
+        return True
+    return not (info.folder / "modules.json").exists() and _names_a_reranker(info.folder)
+
+
 def detect_task(info: ModelInfo) -> str:
     """The task a folder serves when its spec says ``task: auto`` (read from config.json, as Infinity does):
     ``*ForSequenceClassification`` with one label (or a sentence-transformers CrossEncoder) → rerank, with
     more labels → classify; ``*ForMaskedLM`` without a pooling module → sparse (SPLADE); a ColBERT folder
     → late_interaction; ``sparse_linear`` + ``colbert_linear`` heads (BGE-M3) → multi_output;
-    CLIP/SigLIP/CLAP/ColPali architectures → their multi-modal task; anything else → embed."""
+    CLIP/SigLIP/CLAP/ColPali architectures → their multi-modal task; a causal-LM reranker
+    (``is_llm_reranker``) → llm_rerank; anything else → embed."""
     for arch in info.architectures:
         if arch in MULTIMODAL_ARCHITECTURES:
             return MULTIMODAL_ARCHITECTURES[arch]
@@ -157,6 +204,8 @@ def detect_task(info: ModelInfo) -> str:
         return "multi_output"
     if is_late_interaction(info.folder):
         return "late_interaction"
+    if is_llm_reranker(info):
+        return "llm_rerank"
     if any(a.endswith("ForSequenceClassification") for a in info.architectures):
         return "rerank" if num_labels(info.config) == 1 else "classify"
     st_cfg = _read_json(info.folder / "config_sentence_transformers.json")

@@ -20,6 +20,8 @@ class Encoded:
     type_ids: np.ndarray  # int64 (n,)
     #: leading tokens left out of pooling (a prompt, when the model's Pooling has include_prompt=false)
     pool_from: int = 0
+    #: embedding tasks: return every token's vector (TEI's /embed_all) instead of the pooled one
+    all_tokens: bool = False
 
     @property
     def cost(self) -> int:
@@ -70,6 +72,8 @@ class TextTokenizer:
         self._full = Tokenizer.from_file(str(path))
         self._full.no_padding()
         self._full.no_truncation()
+        self._path = path
+        self._left: Tokenizer | None = None  # truncating from the start, made on first use
         self.vocab_size = self._full.get_vocab_size(with_added_tokens=True)
         self.pad_id = self._pad_id(folder)
 
@@ -87,10 +91,13 @@ class TextTokenizer:
         return 0
 
     def encode(self, texts: Sequence[str], *, truncate: bool = True, check_length: bool = True,
-               param: str = "input") -> list[Encoded]:
+               param: str = "input", direction: str = "right") -> list[Encoded]:
         """Tokenize texts (with the model's special tokens). ``truncate=False`` refuses over-long input
-        (unless ``check_length=False``: then it is returned whole)."""
-        if truncate:
+        (unless ``check_length=False``: then it is returned whole); ``direction="left"`` keeps the end of
+        an over-long text (the special tokens are added after the cut)."""
+        if truncate and direction == "left":
+            encodings = _guarded(self._left_truncating().encode_batch, list(texts), param)
+        elif truncate:
             encodings = _guarded(self._truncating.encode_batch, list(texts), param)
         else:
             encodings = _guarded(self._full.encode_batch, list(texts), param)
@@ -106,6 +113,16 @@ class TextTokenizer:
             for e in encodings
         ]
 
+    def _left_truncating(self):
+        if self._left is None:
+            from tokenizers import Tokenizer
+
+            left = Tokenizer.from_file(str(self._path))
+            left.no_padding()
+            left.enable_truncation(self.max_length, direction="left")
+            self._left = left
+        return self._left
+
     def from_ids(self, sequences: Sequence[Sequence[int]], *, truncate: bool = True) -> list[Encoded]:
         """Token-id input, taken as the complete model input (special tokens included, as /v1/tokenize returns)."""
         out = []
@@ -119,7 +136,11 @@ class TextTokenizer:
                 raise InvalidInput(f"input[{i}]: token ids must be a non-empty list of integers", param="input")
             if ids.min() < 0 or ids.max() >= self.vocab_size:
                 raise InvalidInput(
-                    f"input[{i}]: token ids must be in [0, {self.vocab_size})", param="input", code="invalid_token_id"
+                    f"input[{i}]: token ids must be in [0, {self.vocab_size}) for this model's tokenizer, got "
+                    f"{int(ids.max()) if ids.max() >= self.vocab_size else int(ids.min())}. Ids from another "
+                    "tokenizer (LangChain's OpenAIEmbeddings sends OpenAI's tiktoken ids by default) would embed "
+                    "as garbage: send the text instead (OpenAIEmbeddings(check_embedding_ctx_length=False))",
+                    param="input", code="invalid_token_id",
                 )
             if ids.size > self.max_length:
                 if not truncate:
@@ -151,6 +172,15 @@ class TextTokenizer:
             [Piece(i, t, bool(s), a, b) for i, t, s, (a, b) in zip(e.ids, e.tokens, e.special_tokens_mask, e.offsets)]
             for e in encodings
         ]
+
+    def decode(self, sequences: Sequence[Sequence[int]], *, skip_special_tokens: bool = True) -> list[str]:
+        """Text of token-id sequences (TEI's ``/decode``); ids outside the vocabulary are refused."""
+        for i, seq in enumerate(sequences):
+            bad = [t for t in seq if not 0 <= t < self.vocab_size]
+            if bad:
+                raise InvalidInput(f"ids[{i}]: token ids must be in [0, {self.vocab_size}), got {bad[:3]}",
+                                   param="ids", code="invalid_token_id")
+        return self._full.decode_batch([list(s) for s in sequences], skip_special_tokens=skip_special_tokens)
 
     def prompt_length(self, prompt: str) -> int:
         """Tokens a prompt occupies at the start of ``prompt + text``, as sentence-transformers counts them:

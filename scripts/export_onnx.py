@@ -31,7 +31,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="fuse attention/LayerNorm/GELU in the fp32 graph too (GPU fp32; slower on CPU here)")
     parser.add_argument("--opset", type=int, default=17)
     parser.add_argument("--head", default=None,
-                        help="model head to export (encoder, sequence-classification, splade, masked-lm); "
+                        help="model head to export (encoder, sequence-classification, splade, masked-lm, causal-lm); "
                              "default: the head of the folder's detected task")
     return parser.parse_args(argv)
 

@@ -17,6 +17,11 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# `backend: auto` exports torch folders to ONNX by default; the suite tests each backend by name, and the
+# tests of the automatic export (tests/backends/test_auto_backend.py) turn it on with a cache of their own.
+# Nothing a test starts writes to the user's cache directory.
+os.environ.setdefault("TESSERA_AUTO_EXPORT", "false")
+os.environ.setdefault("TESSERA_CACHE_DIR", str(ROOT / ".venv" / "test-cache" / "tessera"))
 
 
 @pytest.fixture(scope="session")

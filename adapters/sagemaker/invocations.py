@@ -294,7 +294,9 @@ def create_sagemaker_app(settings: Settings, registry: Registry | None = None, *
     """The one app (``core.api.app.create_app``) plus ``/ping`` (SageMaker's health check: no API key,
     answered while draining), ``/invocations`` and ``/execution-parameters``.
     ``max_response_bytes``: 0 = no response-size guard."""
-    app = create_app(settings, registry, health_paths={"/ping"})
+    # a model that fails to load keeps /ping at 503 (naming it): SageMaker's health check holds the
+    # endpoint back and the reason is in the logs, rather than a container that exits and restarts
+    app = create_app(settings, registry, health_paths={"/ping"}, fail_unusable=False)
     app.include_router(build_router(default_route, max_response_bytes=max_response_bytes,
                                     record_concurrency=record_concurrency))
     return app

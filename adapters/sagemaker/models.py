@@ -48,6 +48,13 @@ def discover(model_dir: Path, *, device: str, name: str | None) -> list[ModelSpe
             for sub in sorted(model_dir.iterdir()) if (sub / "config.json").exists()]
 
 
+def _is_hub_id(spec: ModelSpec, model_dir: Path) -> bool:
+    """A relative ``org/name`` that is no folder of the model archive: a Hugging Face Hub id, kept as it is."""
+    from core.hub import hub_id_of
+
+    return hub_id_of(spec.path) is not None and not (model_dir / spec.path).exists()
+
+
 def sagemaker_settings(environ: Mapping[str, str]) -> SageMakerSettings:
     """The container's settings, built once from ``environ`` (the edge of ``serve``)."""
     model_dir = Path(environ.get("SM_MODEL_DIR", DEFAULT_MODEL_DIR))
@@ -58,8 +65,8 @@ def sagemaker_settings(environ: Mapping[str, str]) -> SageMakerSettings:
         for candidate in CONFIG_NAMES:
             if (model_dir / candidate).exists():
                 settings = settings_from_env(environ, SageMakerSettings, config=str(model_dir / candidate), **overrides)
-                specs = [s if s.path.is_absolute() else s.model_copy(update={"path": model_dir / s.path})
-                         for s in settings.models]
+                specs = [s if s.path.is_absolute() or _is_hub_id(s, model_dir)
+                         else s.model_copy(update={"path": model_dir / s.path}) for s in settings.models]
                 return settings.model_copy(update={"models": specs})
     settings = settings_from_env(environ, SageMakerSettings, **overrides)
     if settings.models:

@@ -1,3 +1,1 @@
-from core.api.app import create_app
-
-__all__ = ["create_app"]
+"""The HTTP API: ``core.api.app.create_app`` builds the app; routes over the serving layer."""

@@ -50,10 +50,13 @@ def error_response(exc: TesseraError) -> Response:
     return Response(dumps(exc.body()), status_code=exc.status, media_type="application/json", headers=exc.headers())
 
 
-def _validation_error(exc: RequestValidationError) -> TesseraError:
+def _validation_error(exc: RequestValidationError, content_type: str | None = None) -> TesseraError:
     errors = exc.errors()
     first = errors[0] if errors else {}
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    if not loc and first.get("type") in ("model_attributes_type", "dict_type") and isinstance(first.get("input"), bytes):
+        return InvalidInput(f"the request body must be a JSON object: send it with Content-Type: application/json "
+                            f"(got Content-Type: {content_type or 'none'})", code="invalid_json")
     if first.get("type") == "json_invalid":
         return InvalidInput(f"request body is not valid JSON: {first.get('ctx', {}).get('error', '')}".strip(),
                             code="invalid_json")
@@ -185,11 +188,13 @@ def drain_on_sigterm(state, on_term: Callable[[], None] | None = None) -> Callab
 
 
 def create_app(settings: Settings, registry: Registry | None = None, *, metrics: Metrics | None = None,
-               health_paths: Iterable[str] = ()) -> FastAPI:
+               health_paths: Iterable[str] = (), fail_unusable: bool = True) -> FastAPI:
     """Build the app. With ``registry`` given (Lambda: built at init), the lifespan only starts batchers;
     otherwise the lifespan loads the models from ``settings`` in a worker thread. ``health_paths``: a
     platform's own health checks (added by its adapter), answered like ``/health``: without an API key,
-    outside the in-flight cap, while draining."""
+    outside the in-flight cap, while draining. ``fail_unusable``: the start-up fails when the models
+    cannot be served as asked (``Registry.raise_if_unusable``); False for a platform whose health check
+    keeps an unready server out of rotation (SageMaker: ``/ping`` answers 503 naming the failures)."""
     metrics = metrics or Metrics()
     in_progress = InProgress(retry_after_s=settings.retry_after_s)
     grace = settings.shutdown_grace_s
@@ -198,6 +203,8 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
     async def lifespan(app: FastAPI):
         if app.state.registry is None:
             app.state.registry = await asyncio.to_thread(Registry.from_settings, settings, metrics)
+        if fail_unusable:
+            app.state.registry.raise_if_unusable()  # no model loaded (or one failed, unless allow_degraded): exit
         await app.state.registry.start()
         loop = asyncio.get_running_loop()
         term_at: list[float] = []
@@ -239,7 +246,7 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
-        return error_response(_validation_error(exc))
+        return error_response(_validation_error(exc, request.headers.get("content-type")))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:

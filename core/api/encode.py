@@ -23,11 +23,14 @@ def dumps(obj) -> bytes:
 def encode_vector(vector: np.ndarray, encoding_format: str):
     """``float``: the array itself (orjson writes it as a JSON list); ``base64``: little-endian float32.
     A 2-D array (a multi-vector item) becomes a list of vectors, each encoded the same way."""
-    if encoding_format == "base64" and vector.ndim == 2:
+    if encoding_format != "float" and vector.ndim == 2:
         return [encode_vector(row, encoding_format) for row in vector]
-    if encoding_format == "base64":  # float32 little-endian; quantized types: their own bytes
-        raw = vector if vector.dtype in (np.int8, np.uint8) else np.ascontiguousarray(vector, dtype="<f4")
-        return base64.b64encode(raw.tobytes()).decode("ascii")
+    if encoding_format == "base64_packed" and vector.dtype in (np.int8, np.uint8):  # the raw bytes
+        return base64.b64encode(vector.tobytes()).decode("ascii")
+    if encoding_format in ("base64", "base64_packed"):
+        # little-endian float32, whatever the type: the OpenAI SDK asks for base64 by default and decodes
+        # float32, so quantized values travel as float32 integers and decode to the right numbers
+        return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
     return vector
 
 
@@ -68,15 +71,20 @@ def openai_sparse(served: Served, return_tokens: bool) -> dict:
     return sparse_list(result.vectors, served.engine.name, result.prompt_tokens, tokens_of)
 
 
-def rerank_list(served: Served, documents: Sequence[Any], top_n: int | None, return_documents: bool) -> dict:
-    """Infinity's and Cohere v1's rerank shape; ``document`` is what the request sent for it."""
-    scores = served.result.scores
+def _relevance(scores: np.ndarray, top_n: int | None, documents: Sequence[Any] | None) -> list[dict]:
+    """``[{index, relevance_score, document?}]`` best first; ``documents``: what each item shows, if any."""
     results = []
     for j in ranked(scores, top_n):
         item = {"index": j, "relevance_score": float(scores[j])}
-        if return_documents:
+        if documents is not None:
             item["document"] = documents[j]
         results.append(item)
+    return results
+
+
+def rerank_list(served: Served, documents: Sequence[Any], top_n: int | None, return_documents: bool) -> dict:
+    """Infinity's and Cohere v1's rerank shape; ``document`` is what the request sent for it."""
+    results = _relevance(served.result.scores, top_n, documents if return_documents else None)
     rid, created = response_id("rerank")
     return {"object": "rerank", "id": rid, "created": created, "results": results, "model": served.engine.name,
             "usage": usage(served.result.prompt_tokens)}
@@ -84,17 +92,30 @@ def rerank_list(served: Served, documents: Sequence[Any], top_n: int | None, ret
 
 def cohere_rerank(served: Served, texts: Sequence[str], top_n: int | None, return_documents: bool) -> dict:
     """Cohere v2: ``{id, results: [{index, relevance_score, document?: {text}}], meta}``."""
-    scores = served.result.scores
-    results = []
-    for j in ranked(scores, top_n):
-        item = {"index": j, "relevance_score": float(scores[j])}
-        if return_documents:
-            item["document"] = {"text": texts[j]}
-        results.append(item)
+    shown = [{"text": t} for t in texts] if return_documents else None
+    results = _relevance(served.result.scores, top_n, shown)
     rid, _ = response_id("rerank")
     return {"id": rid, "results": results,
             "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1},
                      "tokens": {"input_tokens": served.result.prompt_tokens, "output_tokens": 0}}}
+
+
+def cohere_embed(served: Served, by_type: dict[str, np.ndarray], texts: Sequence[str] | None) -> dict:
+    """Cohere v2 ``embeddings_by_type``: ``{id, embeddings: {float: [[...]], int8: [[...]], base64: [...]},
+    texts, meta}`` (``base64``: little-endian float32 bytes, as Cohere encodes it)."""
+    embeddings: dict[str, Any] = {}
+    for kind, vectors in by_type.items():
+        if kind == "base64":
+            embeddings[kind] = [encode_vector(v, "base64") for v in vectors]
+        else:
+            embeddings[kind] = vectors
+    rid, _ = response_id("embed")
+    tokens = served.result.prompt_tokens
+    out = {"id": rid, "embeddings": embeddings, "response_type": "embeddings_by_type",
+           "meta": {"api_version": {"version": "2"}, "billed_units": {"input_tokens": tokens}}}
+    if texts is not None:
+        out["texts"] = list(texts)
+    return out
 
 
 def tei_rerank(served: Served, texts: Sequence[str], return_text: bool) -> list:

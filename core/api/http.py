@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Awaitable, TypeVar
+from typing import Any, Awaitable, TypeVar
 
+import orjson
 from fastapi import Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from pydantic import BaseModel, ValidationError
 
 from core.api.serving import Serving
 from core.errors import ClientClosed, InvalidInput
 
 TIMEOUT_HEADER = "x-request-timeout"
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 
 class JSONBytes(Response):
@@ -23,6 +27,12 @@ class JSONBytes(Response):
 
 def serving_of(request: Request) -> Serving:
     return request.app.state.serving
+
+
+def model_choice(request: Request) -> str | None:
+    """TEI's routes carry no ``model`` field: with several models served, ``?model=NAME`` (or an
+    ``X-Model: NAME`` header) picks one."""
+    return request.query_params.get("model") or request.headers.get("x-model")
 
 
 def deadline_for(request: Request, serving: Serving) -> float:
@@ -38,6 +48,25 @@ def deadline_for(request: Request, serving: Serving) -> float:
             raise InvalidInput(f"{TIMEOUT_HEADER} must be positive, got {header!r}")
         timeout = min(timeout, asked)
     return time.monotonic() + timeout
+
+
+async def read_json_object(request: Request) -> dict[str, Any]:
+    """A route that chooses its schema from the body (TEI's ``/``): the body as a JSON object."""
+    try:
+        body = orjson.loads(await request.body())
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise InvalidInput("the request body must be a JSON object", code="invalid_json")
+    return body
+
+
+def validated(schema: type[M], body: dict[str, Any]) -> M:
+    """``body`` as ``schema``; a mismatch answers like any route's (422 in the error shape)."""
+    try:
+        return schema.model_validate(body)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors()) from None
 
 
 async def _disconnected(request: Request) -> None:

@@ -19,11 +19,35 @@ class _Request(BaseModel):
 EmbeddingInput = Union[str, list[str], list[int], list[list[int]]]
 
 
+class Chunking(_Request):
+    """Long texts: windows of ``size`` tokens overlapping by ``overlap``, one vector per text (their
+    token-weighted mean)."""
+
+    size: int | None = Field(default=None, gt=0, description="tokens per window; default: the model's max length")
+    overlap: int = Field(default=0, ge=0, description="tokens shared by consecutive windows")
+
+
+class LateChunking(_Request):
+    """Late chunking: one pass over the whole context, one vector per chunk (the mean of its token vectors)."""
+
+    spans: list[list[int]] | None = Field(
+        default=None, description="character spans [start, end) of the chunks in the one input text; "
+        "default: the inputs are the chunks, joined by 'separator'")
+    separator: str = Field(default=" ", description="what joins the input chunks into one context")
+    overlap: int = Field(default=0, ge=0, description="tokens shared by the windows of a context longer "
+                         "than the model's max length")
+
+
 class EmbeddingRequest(_Request):
     input: EmbeddingInput = Field(description="a string, a list of strings, or token-id arrays")
     model: str | None = Field(default=None, description="served model name; optional with one model")
-    encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = Field(default=None, gt=0, description="Matryoshka: keep the first N, re-normalize")
+    encoding_format: Literal["float", "base64", "base64_packed"] = Field(
+        default="float", description="float: JSON numbers; base64: little-endian float32 (quantized types too: "
+        "their integer values as float32, which is what the OpenAI SDK decodes); base64_packed: quantized "
+        "types as their raw int8/uint8 bytes")
+    dimensions: int | None = Field(
+        default=None, ge=0, description="Matryoshka: keep the first N, re-normalize; 0 (what Infinity's client "
+        "sends by default): the full vector")
     user: str | None = None
     # extensions
     normalize: bool | None = Field(default=None, description="L2-normalize; default: the model's own setting")
@@ -42,6 +66,9 @@ class EmbeddingRequest(_Request):
     input_type: str | None = Field(
         default=None, description="multi-vector models: 'query' or 'document' (default); Cohere's search_query/search_document too"
     )
+    chunking: Chunking | None = Field(default=None, description="embed long texts in windows (docs/text-tasks.md)")
+    late_chunking: bool | LateChunking | None = Field(
+        default=None, description="one vector per chunk of one context (true: the inputs are the chunks)")
 
 
 class Embedding(BaseModel):
@@ -68,6 +95,7 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int = 0
     owned_by: str = "tessera"
+    model_sha: str | None = None  # the Hub commit served; null for a local folder
 
 
 class ModelList(BaseModel):
@@ -120,7 +148,10 @@ class RerankRequest(_Request):
     truncate: bool = Field(default=True, description="truncate each pair (document side first); false: 413")
     # TEI fields, used when 'texts' is sent
     return_text: bool = False
+    truncation_direction: Literal["Left", "Right", "left", "right"] = "Right"
     max_tokens_per_doc: int | None = Field(default=None, description="Cohere: clip each document to N tokens")
+    instruction: str | None = Field(default=None, description="LLM rerankers: the task instruction of the prompt "
+                                    "(default: the model's)")
 
 
 class RerankResult(BaseModel):
@@ -147,6 +178,7 @@ class CohereRerankRequest(_Request):
     top_n: int | None = None
     max_tokens_per_doc: int | None = None
     return_documents: bool = False
+    instruction: str | None = Field(default=None, description="LLM rerankers: the task instruction of the prompt")
 
 
 class ClassifyRequest(_Request):
@@ -249,25 +281,71 @@ class TokenizeResponse(BaseModel):
 
 # --- TEI native routes ------------------------------------------------------------------------------------
 
+#: TEI's TruncationDirection (it writes "Left" / "Right"; lower case accepted too)
+TruncationDirection = Literal["Left", "Right", "left", "right"]
+
+
 class TeiEmbedRequest(_Request):
-    inputs: str | list[str]
+    inputs: EmbeddingInput  # texts, or token ids (a list, or a list of lists)
     normalize: bool = True
     truncate: bool = True
+    truncation_direction: TruncationDirection = "Right"
     prompt_name: str | None = None
     dimensions: int | None = Field(default=None, gt=0)
 
 
-class TeiSparseRequest(_Request):
-    inputs: str | list[str]
+class TeiEmbedAllRequest(_Request):
+    inputs: EmbeddingInput
     truncate: bool = True
+    truncation_direction: TruncationDirection = "Right"
+    prompt_name: str | None = None
+
+
+class TeiSparseRequest(_Request):
+    inputs: EmbeddingInput
+    truncate: bool = True
+    truncation_direction: TruncationDirection = "Right"
+    prompt_name: str | None = None
+
+
+class TeiSimilarityInputs(_Request):
+    source_sentence: str
+    sentences: list[str]
+
+
+class TeiSimilarityRequest(_Request):
+    inputs: TeiSimilarityInputs
+    truncate: bool = True
+    truncation_direction: TruncationDirection = "Right"
+    prompt_name: str | None = None
 
 
 class TeiPredictRequest(_Request):
     inputs: str | list[str | list[str]]
     raw_scores: bool = False
     truncate: bool = True
+    truncation_direction: TruncationDirection = "Right"
 
 
 class TeiTokenizeRequest(_Request):
     inputs: str | list[str]
     add_special_tokens: bool = True
+    prompt_name: str | None = None
+
+
+class TeiDecodeRequest(_Request):
+    ids: list[int] | list[list[int]]
+    skip_special_tokens: bool = True
+
+
+class CohereEmbedRequest(_Request):
+    """Cohere v2 ``/v2/embed`` (what ``cohere.ClientV2.embed`` sends)."""
+
+    model: str | None = None
+    texts: list[str] | None = None
+    images: list[str] | None = None  # data: URIs
+    input_type: str | None = None  # search_document | search_query | classification | clustering | image
+    embedding_types: list[Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]] | None = None
+    truncate: Literal["NONE", "START", "END"] | None = None
+    output_dimension: int | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, gt=0)

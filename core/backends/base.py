@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, ClassVar, Mapping
 
 import numpy as np
 
+from core.errors import Unsupported
+
 if TYPE_CHECKING:
     from core.config import ModelSpec
 
@@ -39,6 +41,14 @@ class Backend:
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
         raise NotImplementedError
+
+    def to_device(self, device: str, dtype: str | None = None) -> None:
+        """Move the loaded weights to ``device`` (and cast them to ``dtype`` when given), in place, under
+        the same device/dtype rules as ``load``: weights loaded on the CPU before a memory snapshot go to
+        the GPU after restore. Default: refused, for runtimes that bind weights to a device when they
+        load (ONNX Runtime sessions, CTranslate2, compiled Neuron graphs): load those on their device."""
+        raise Unsupported(f"the {self.name} backend cannot move a loaded model to {device!r}; "
+                          "load it on that device instead")
 
     def describe(self) -> dict:
         """What ``/v1/models`` shows of it (runtime, device, dtype, providers)."""

@@ -49,6 +49,23 @@ def _logits(model: Any, feeds: dict) -> dict:
     return {"logits": model(**feeds).logits}
 
 
+@functools.lru_cache(maxsize=None)
+def _takes_logits_to_keep(cls: type) -> bool:
+    import inspect
+
+    return "logits_to_keep" in inspect.signature(cls.forward).parameters
+
+
+def _next_token_logits(model: Any, feeds: dict) -> dict:
+    """Causal LMs (LLM rerankers): the logits of the token after the last position, (batch, vocab). Inputs
+    are padded on the left, so the last position is every row's last real token; one forward pass without
+    a key/value cache, and only the last position goes through the LM head."""
+    extra = {"use_cache": False} if _takes_use_cache(type(model)) else {}
+    if _takes_logits_to_keep(type(model)):
+        extra["logits_to_keep"] = 1
+    return {"next_token_logits": model(**feeds, **extra).logits[:, -1]}
+
+
 def _splade(model: Any, feeds: dict) -> dict:
     """SPLADE pooled in the framework: max over tokens of log1p(relu(logits)), padding masked. Keeps the
     (batch, seq, vocab) logits on the device instead of copying them out."""
@@ -79,6 +96,9 @@ HEADS: dict[str, Head] = {
                     ("input_ids", "attention_mask", "token_type_ids", "pixel_values")),
     # cross-encoders and classifiers: (batch, num_labels)
     "sequence-classification": Head("sequence-classification", "AutoModelForSequenceClassification", ("logits",), _logits),
+    # LLM rerankers: the next token's logits after a left-padded prompt, (batch, vocab)
+    "causal-lm": Head("causal-lm", "AutoModelForCausalLM", ("next_token_logits",), _next_token_logits,
+                      ("input_ids", "attention_mask")),
     # SPLADE: (batch, seq, vocab)
     "masked-lm": Head("masked-lm", "AutoModelForMaskedLM", ("logits",), _logits),
     # SPLADE, pooled: (batch, vocab)

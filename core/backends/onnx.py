@@ -75,10 +75,14 @@ class OnnxBackend(Backend):
         self._runtime_error = RuntimeException
         if dtype not in ONNX_DTYPES:
             raise InvalidInput(f"onnx backend: dtype {dtype!r} not supported; use one of {sorted(ONNX_DTYPES)}")
-        if dtype in ("float16", "fp16") and self._onnx_file is None:
-            raise InvalidInput(f"no fp16 ONNX graph in {model_dir} (onnx/model_fp16.onnx): export one with "
-                               f"`python scripts/export_onnx.py {model_dir} OUT --fp16`")
-        path = self._onnx_file or Path(model_dir) / "onnx" / "model.onnx"
+        path = self._onnx_file
+        if path is None:  # the folder's graph of this precision, never one of another
+            from core.backends.registry import missing_graph_message, onnx_file_for
+
+            spec = ModelSpec(path=Path(model_dir), dtype=dtype)
+            path = onnx_file_for(spec)
+            if path is None:
+                raise InvalidInput(missing_graph_message(spec))
         if not Path(path).exists():
             raise InvalidInput(
                 f"no ONNX graph at {path}: export one with `python scripts/export_onnx.py {model_dir} OUT`"

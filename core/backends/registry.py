@@ -1,14 +1,25 @@
 """The one place that chooses a backend. Backends are imported on demand, so a process that serves
-ONNX never imports torch."""
+ONNX never imports torch.
+
+``choose`` turns a model spec into a :class:`Choice` (the backend, why, and the graph to run when one
+comes from the export cache); ``create_backend`` builds it. An explicit ``backend`` is honoured exactly
+or refused with what is missing and the command that makes it; ``auto`` picks the fastest backend that
+the folder (or the export cache) can run with parity, see docs/backends.md.
+"""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 from core.backends.base import Backend
 from core.config import ModelSpec
 from core.errors import InvalidInput, MissingDependency, install_hint
+
+log = logging.getLogger(__name__)
 
 # name → (module, class, extra that installs it)
 BACKENDS: dict[str, tuple[str, str, str]] = {
@@ -18,47 +29,136 @@ BACKENDS: dict[str, tuple[str, str, str]] = {
     "neuron": ("core.backends.neuron", "NeuronBackend", "neuron"),
 }
 
+#: the graphs a folder may carry per dtype, in the order they are looked for
+ONNX_GRAPHS: dict[str, tuple[str, ...]] = {
+    "int8": ("onnx/model_int8.onnx", "onnx/model_quantized.onnx", "model_int8.onnx", "model_quantized.onnx"),
+    "float16": ("onnx/model_fp16.onnx", "model_fp16.onnx"),
+    "float32": ("onnx/model.onnx", "model.onnx"),
+}
+_DTYPE_ALIASES = {"fp16": "float16", "fp32": "float32"}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What serves a model and why (the start-up log and ``/v1/models`` show both)."""
+
+    backend: str
+    reason: str
+    #: the graph to run when it is not the folder's own (the export cache's)
+    onnx_file: Path | None = None
+    #: True when a faster backend was meant but could not be had (export or its check failed)
+    fell_back: bool = False
+
+
+def _graph_names(dtype: str) -> tuple[str, ...]:
+    return ONNX_GRAPHS.get(_DTYPE_ALIASES.get(dtype, dtype), ())
+
+
+def onnx_graph_names(dtype: str) -> tuple[str, ...]:
+    """The ONNX graphs looked for in a model folder (or a Hub repository) for ``dtype``, first choice first."""
+    return _graph_names(dtype)
+
 
 def onnx_file_for(spec: ModelSpec) -> Path | None:
-    """The ONNX graph a spec points at, if any: ``onnx_file``, else in the folder ``onnx/model.onnx`` or
-    ``model.onnx`` (with ``dtype: int8``: ``onnx/model_int8.onnx`` or ``onnx/model_quantized.onnx``)."""
+    """The ONNX graph a spec points at, if any: ``onnx_file`` (relative paths are resolved against the
+    model folder), else the folder's graph for the dtype (``ONNX_GRAPHS``): ``onnx/model.onnx`` or
+    ``model.onnx``; ``dtype: int8`` → ``onnx/model_int8.onnx`` / ``onnx/model_quantized.onnx``;
+    ``float16`` → ``onnx/model_fp16.onnx``. Never a graph of another precision."""
     if spec.onnx_file is not None:
         return Path(spec.onnx_file)
-    if spec.dtype == "int8":
-        names = ("onnx/model_int8.onnx", "onnx/model_quantized.onnx", "model_int8.onnx", "model_quantized.onnx")
-    elif spec.dtype in ("float16", "fp16"):
-        names = ("onnx/model_fp16.onnx", "model_fp16.onnx")
-    else:
-        names = ("onnx/model.onnx", "model.onnx")
-    for candidate in (spec.path / name for name in names):
+    for candidate in (spec.path / name for name in _graph_names(spec.dtype)):
         if candidate.exists():
             return candidate
     return None
 
 
-def resolve_name(spec: ModelSpec) -> str:
-    """``auto`` → the first artifact the folder carries: ``neuron/manifest.json`` (compiled Neuron buckets)
-    → neuron; an ONNX graph → onnx; ``ct2/model.bin`` → ct2; else torch. See docs/backends.md."""
+def missing_graph_message(spec: ModelSpec) -> str:
+    """What is missing for ``backend: onnx`` at this dtype, and the command that makes it."""
+    dtype = _DTYPE_ALIASES.get(spec.dtype, spec.dtype)
+    if spec.onnx_file is not None:
+        return f"model {spec.served_name!r}: onnx_file {spec.onnx_file} does not exist"
+    names = _graph_names(dtype)
+    flag = {"int8": " --int8 fast", "float16": " --fp16"}.get(dtype, "")
+    have = [n for graphs in ONNX_GRAPHS.values() for n in graphs if (spec.path / n).exists()]
+    found = f"; the folder has {', '.join(have)} (another precision)" if have else ""
+    short = {"float16": "fp16", "float32": "fp32"}.get(dtype, dtype)
+    return (f"model {spec.served_name!r}: no {short} ONNX graph in {spec.path} (looked for {', '.join(names)}){found}; "
+            f"make one with `python scripts/export_onnx.py {spec.path} OUT{flag}` and serve OUT, "
+            f"or name a graph with onnx_file")
+
+
+def _has_onnxruntime() -> bool:
+    return importlib.util.find_spec("onnxruntime") is not None
+
+
+def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None = None,
+           auto_export: bool = True) -> Choice:
+    """The backend for a spec. ``head``: the head the task runs (needed to export); ``cache_dir`` and
+    ``auto_export``: the settings of the export cache (``auto`` on a CPU only)."""
+    from core.export_cache import ExportUnavailable, cached_or_export, has_torch_weights
+
     if spec.backend != "auto":
         if spec.backend not in BACKENDS:
             raise InvalidInput(f"unknown backend {spec.backend!r}; known: {sorted(BACKENDS)}")
-        return spec.backend
+        if spec.backend == "onnx" and not _graph_names(spec.dtype):
+            raise InvalidInput(f"onnx backend: dtype {spec.dtype!r} not supported; use one of "
+                               f"{sorted([*ONNX_GRAPHS, *_DTYPE_ALIASES])}")
+        if spec.backend == "onnx" and onnx_file_for(spec) is None:
+            raise InvalidInput(missing_graph_message(spec))
+        return Choice(spec.backend, "set in the model spec")
     if (spec.path / "neuron" / "manifest.json").exists():
-        return "neuron"
-    if onnx_file_for(spec) is not None:
-        return "onnx"
+        return Choice("neuron", "the folder holds compiled Neuron buckets (neuron/manifest.json)")
+    graph = onnx_file_for(spec)
+    if graph is not None:
+        shown = graph.relative_to(spec.path) if graph.is_relative_to(spec.path) else graph
+        return Choice("onnx", f"the folder has an ONNX graph for {spec.dtype} ({shown})")
     if (spec.path / "ct2" / "model.bin").exists():
-        return "ct2"
-    return "torch"
+        return Choice("ct2", "the folder holds a CTranslate2 model (ct2/model.bin)")
+    weights = has_torch_weights(spec.path)
+    if not weights:
+        if any((spec.path / n).exists() for graphs in ONNX_GRAPHS.values() for n in graphs):
+            raise InvalidInput(missing_graph_message(spec) + " (the folder has no torch weights to fall back on)")
+        return Choice("torch", "no ONNX, CTranslate2 or Neuron artifact in the folder")
+    if spec.device != "cpu":
+        return Choice("torch", f"auto on {spec.device}: torch")
+    if _DTYPE_ALIASES.get(spec.dtype, spec.dtype) != "float32":
+        return Choice("torch", f"no {spec.dtype} ONNX graph in the folder and only float32 is exported "
+                               f"automatically (for ONNX {spec.dtype}: scripts/export_onnx.py)")
+    if not auto_export:
+        return Choice("torch", "no ONNX graph in the folder and auto_export is off (TESSERA_AUTO_EXPORT=false)")
+    if spec.trust_remote_code:
+        return Choice("torch", "the model runs its own code (trust_remote_code): not exported")
+    if head is None:
+        return Choice("torch", "no ONNX graph in the folder")
+    if not _has_onnxruntime():
+        return Choice("torch", f"onnxruntime is not installed ({install_hint('onnx')})", fell_back=True)
+    if cache_dir is None:
+        from core.config import default_cache_dir
+
+        cache_dir = default_cache_dir()
+    try:
+        cached = cached_or_export(spec.path, head=head, cache_dir=cache_dir, max_length=spec.max_length)
+    except ExportUnavailable as exc:
+        return Choice("torch", f"ONNX export not used: {exc}", fell_back=True)
+    worst = min(cached.min_cosine.values()) if cached.min_cosine else float("nan")
+    how = "exported now" if cached.exported_now else "from the export cache"
+    return Choice("onnx", f"ONNX Runtime on CPU, graph {how} ({cached.path.parent}), worst cosine vs torch "
+                          f"{worst:.6f}", onnx_file=cached.path)
 
 
-def create_backend(spec: ModelSpec) -> Backend:
-    name = resolve_name(spec)
-    module_name, class_name, extra = BACKENDS[name]
+def resolve_name(spec: ModelSpec) -> str:
+    """The backend ``auto`` picks from the folder alone (no export): see ``choose``."""
+    return choose(spec, auto_export=False).backend
+
+
+def create_backend(spec: ModelSpec, choice: Choice | None = None) -> Backend:
+    """Build the chosen backend (``choose(spec)`` without an export when no choice is given)."""
+    choice = choice or choose(spec, auto_export=False)
+    module_name, class_name, extra = BACKENDS[choice.backend]
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise MissingDependency(
-            f"backend {name!r} needs the extra [{extra}]: {install_hint(extra)} ({exc})"
-        ) from exc
+        raise MissingDependency(f"backend {choice.backend!r} needs the extra [{extra}]: {install_hint(extra)} ({exc})") from exc
+    if choice.onnx_file is not None:
+        spec = spec.model_copy(update={"onnx_file": choice.onnx_file})
     return getattr(module, class_name).from_spec(spec)

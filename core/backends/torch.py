@@ -43,6 +43,18 @@ def quantize_int8(torch, model):
         return quantize_dynamic(model, spec, dtype=torch.qint8)
 
 
+def check_device(torch, device: str, dtype: str) -> None:
+    """The device/dtype rules of this backend, at load and when a loaded model moves."""
+    if device == "cpu" and dtype == "float16":
+        raise InvalidInput("float16 on CPU is not supported by the torch backend (CUDA only here); "
+                           "use float32, bfloat16 or int8")
+    if dtype == "int8" and device != "cpu":
+        raise InvalidInput(f"int8 (dynamic quantization) runs on CPU only, not on {device!r}; "
+                           "use float16/bfloat16 on CUDA")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InvalidInput(f"device {device!r} requested but CUDA is not available to torch")
+
+
 class TorchBackend(Backend):
     name: ClassVar[str] = "torch"
     max_batch_size: int | None = None
@@ -55,6 +67,7 @@ class TorchBackend(Backend):
         self._compile = compile
         self._trust_remote_code = trust_remote_code
         self._model = None
+        self._eager = None
         self._device = "cpu"
         self._dtype = "float32"
         self._head: Head | None = None
@@ -67,14 +80,7 @@ class TorchBackend(Backend):
             raise InvalidInput(f"torch backend: dtype {dtype!r} not supported; use one of {sorted(_DTYPES)}")
         spec = get_head(head)
         self._dtype = _DTYPES[dtype]
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise InvalidInput(f"device {device!r} requested but CUDA is not available to torch")
-        if self._dtype != "float32" and device == "cpu" and self._dtype == "float16":
-            raise InvalidInput("float16 on CPU is not supported by the torch backend (CUDA only here); "
-                               "use float32, bfloat16 or int8")
-        if self._dtype == "int8" and device != "cpu":
-            raise InvalidInput(f"int8 (dynamic quantization) runs on CPU only, not on {device!r}; "
-                               "use float16/bfloat16 on CUDA")
+        check_device(torch, device, self._dtype)
         torch.set_num_threads(threads)
         auto = getattr(transformers, spec.auto_class)
         load_dtype = torch.float32 if self._dtype == "int8" else getattr(torch, self._dtype)
@@ -85,11 +91,29 @@ class TorchBackend(Backend):
         self._accepts = frozenset(spec.inputs or inspect.signature(model.forward).parameters)
         if self._dtype == "int8":
             model = quantize_int8(torch, model)
-        model = model.to(device)
-        if self._compile:
-            model = torch.compile(model, dynamic=True)
-        self._model = model
+        self._eager = model.to(device)
+        self._model = torch.compile(self._eager, dynamic=True) if self._compile else self._eager
         self._device, self._head = device, spec
+
+    def to_device(self, device: str, dtype: str | None = None) -> None:
+        """Move the loaded model (e.g. loaded on the CPU before a memory snapshot) to ``device``, cast to
+        ``dtype`` when given, under ``load``'s rules (CUDA present, float16 on CUDA only, int8 on CPU only).
+        ``compile: true`` wraps the moved model again (compiled graphs are specialised per device)."""
+        torch = require("torch", "torch")
+        if self._model is None:
+            raise BackendFailure("torch backend moved before load()")
+        if dtype is not None and dtype not in _DTYPES:
+            raise InvalidInput(f"torch backend: dtype {dtype!r} not supported; use one of {sorted(_DTYPES)}")
+        target = _DTYPES[dtype] if dtype is not None else self._dtype
+        if target != self._dtype and "int8" in (target, self._dtype):
+            raise InvalidInput(f"torch backend: cannot convert a loaded {self._dtype} model to {target}; load it as {target}")
+        check_device(torch, device, target)
+        if target == "int8":
+            model = self._eager.to(device)
+        else:
+            model = self._eager.to(device=device, dtype=getattr(torch, target))
+        self._eager, self._dtype, self._device = model, target, device
+        self._model = torch.compile(model, dynamic=True) if self._compile else model
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
         import torch

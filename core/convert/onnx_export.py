@@ -73,20 +73,39 @@ def copy_module_weights(src: Path, dst: Path) -> None:
             save_file({k: v.contiguous() for k, v in state.items()}, str(out / "model.safetensors"))
 
 
-def export_head(src: Path, out_file: Path, head_name: str, *, opset: int = 17) -> None:
-    """Export any head of ``core/backends/heads.py`` (its transformers class and torch call), with the head's
-    output names, so the ONNX backend serves it: e.g. ``sequence-classification`` (rerank, classify) →
-    ``logits``; ``splade`` → ``sparse_embedding`` (pooled in the graph)."""
+#: bumped whenever the graphs this module writes change (part of the export cache's key)
+EXPORTER_VERSION = "1"
+
+
+def load_head_model(src: Path, head_name: str):
+    """The folder's model for a head of ``core/backends/heads.py`` (its transformers class), fp32, eval mode,
+    eager attention (the attention the exported graph traces)."""
     from core.backends.heads import get_head
 
     torch = require("torch", "export")
     transformers = require("transformers", "export")
-    head = get_head(head_name)
-    auto = getattr(transformers, head.auto_class)
+    auto = getattr(transformers, get_head(head_name).auto_class)
     model = auto.from_pretrained(str(src), dtype=torch.float32, attn_implementation="eager")
     model.eval()  # dropout must not land in the graph
-    import inspect
+    return model
 
+
+def export_head(src: Path, out_file: Path, head_name: str, *, opset: int = 17) -> None:
+    """Export any head of ``core/backends/heads.py`` (its transformers class and torch call), with the head's
+    output names, so the ONNX backend serves it: e.g. ``sequence-classification`` (rerank, classify) →
+    ``logits``; ``splade`` → ``sparse_embedding`` (pooled in the graph)."""
+    export_model(load_head_model(src, head_name), out_file, head_name, opset=opset)
+
+
+def export_model(model, out_file: Path, head_name: str, *, opset: int = 17) -> None:
+    """``torch.onnx.export`` of a loaded model's head (``load_head_model``) with dynamic batch and sequence axes."""
+    import inspect
+    import warnings
+
+    from core.backends.heads import get_head
+
+    torch = require("torch", "export")
+    head = get_head(head_name)
     accepted = inspect.signature(model.forward).parameters
     names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in accepted]
     sample = {n: torch.ones((2, 8), dtype=torch.long) for n in names}
@@ -111,7 +130,9 @@ def export_head(src: Path, out_file: Path, head_name: str, *, opset: int = 17) -
     for name, value in zip(head.outputs, probe):  # (batch, labels) or (batch, vocab); (batch, seq, …) per token
         dynamic[name] = {0: "batch", 1: "sequence"} if value.dim() == 3 else {0: "batch"}
     out_file.parent.mkdir(parents=True, exist_ok=True)
-    with torch.inference_mode():
+    # the tracer's warnings (Python values in shapes, constant folding) are about the trace, not for users
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         torch.onnx.export(
             wrapped,
             tuple(sample[n] for n in names),
@@ -212,7 +233,11 @@ def export_folder(
     dst.mkdir(parents=True, exist_ok=True)
     copy_model_files(src, dst)
     onnx_file = dst / "onnx" / "model.onnx"
-    export_head(src, onnx_file, head or head_for_folder(src), opset=opset)
+    head = head or head_for_folder(src)
+    export_head(src, onnx_file, head, opset=opset)
+    st_config = dst / "config_sentence_transformers.json"
+    if head == "causal-lm" and not st_config.exists():  # an LLM reranker stays one, whatever the folder's name
+        st_config.write_text(json.dumps({"model_type": "CrossEncoder"}, indent=2) + "\n")
     config = json.loads((src / "config.json").read_text())
     modes = ("fast",) if int8 is True else tuple(int8 or ())
     for mode in modes:  # quantize the plain graph: the quantizer cannot type the fused contrib ops

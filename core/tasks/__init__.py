@@ -12,6 +12,7 @@ TASKS: dict[str, tuple[str, str]] = {
     "clap": ("core.tasks.clap", "ClapTask"),
     "colpali": ("core.tasks.colpali", "ColPaliTask"),
     "rerank": ("core.tasks.rerank", "RerankTask"),
+    "llm_rerank": ("core.tasks.llm_rerank", "LlmRerankTask"),
     "classify": ("core.tasks.classify", "ClassifyTask"),
     "sparse": ("core.tasks.sparse", "SparseTask"),
     "late_interaction": ("core.tasks.late_interaction", "LateInteractionTask"),
@@ -19,8 +20,16 @@ TASKS: dict[str, tuple[str, str]] = {
 }
 
 
-def create_task(name: str, info, spec):
+def task_class(name: str) -> type:
     if name not in TASKS:
         raise InvalidInput(f"unknown task {name!r}; known: {sorted(TASKS)}")
     module, cls = TASKS[name]
-    return getattr(importlib.import_module(module), cls)(info, spec)
+    return getattr(importlib.import_module(module), cls)
+
+
+def create_task(name: str, info, spec):
+    from core.loading import is_causal_lm
+
+    if name == "rerank" and is_causal_lm(info):  # a causal LM reranks by its next-token logits ("yes"/"no")
+        name = "llm_rerank"
+    return task_class(name)(info, spec)

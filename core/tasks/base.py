@@ -20,7 +20,7 @@ from core.tokenization import TextTokenizer, pad_batch
 
 
 #: capabilities every task of a kind offers beside its main one (never a model's default route)
-AUXILIARY_CAPABILITIES = frozenset({"tokenize", "score"})
+AUXILIARY_CAPABILITIES = frozenset({"tokenize", "score", "embed_all"})
 
 #: texts up to this many characters in all are tokenized on the event loop (~0.1 ms), not on a worker
 INLINE_PREPARE_CHARS = 1000
@@ -48,6 +48,9 @@ class Task:
     #: True: the engine awaits ``fetch_inputs`` on the event loop before ``prepare`` (media URLs); a flag,
     #: so tasks without inputs to fetch cost no extra await on the hot path
     fetches_inputs: ClassVar[bool] = False
+    #: True: the task honours ``truncation_direction="left"`` (keeps the end of an over-long text);
+    #: the serving layer refuses "left" for the others
+    truncates_left: ClassVar[bool] = False
 
     async def fetch_inputs(self, request: Any) -> None:
         """Fetch what ``prepare`` needs from the network (only called when ``fetches_inputs``)."""
@@ -82,14 +85,52 @@ class Task:
         """What ``/v1/models`` shows of the task."""
         return {"task": self.name}
 
+    def warmup_batches(self, batch_tokens: int, max_batch_size: int) -> list[Mapping[str, np.ndarray]]:
+        """Backend inputs of one batch per shape class the batcher will form (run once at load, before
+        the model serves); none by default."""
+        return []
+
+
+def warmup_lengths(max_length: int) -> list[int]:
+    """Length buckets a warm-up covers: 8, 16, 32, … up to the model's maximum (and the maximum itself)."""
+    lengths, length = [], 8
+    while length < max_length:
+        lengths.append(length)
+        length *= 2
+    return lengths + [max_length]
+
+
+def warmup_count(cost: int, batch_tokens: int, max_batch_size: int) -> int:
+    """Items of ``cost`` padded tokens in a full batch: as many as the token budget and the batch size allow."""
+    return max(1, min(max_batch_size, batch_tokens // max(cost, 1)))
+
 
 class TextTask(Task):
     """What the text tasks share: the model's tokenizer and right-padding to the batch's longest item."""
 
     def __init__(self, info, spec) -> None:
         self.info = info
+        self.spec = spec
         self.tokenizer = TextTokenizer(info.folder, info.max_length)
         self.pad_multiple = spec.pad_to_multiple_of
 
     def collate(self, items: Sequence[Item]) -> Mapping[str, np.ndarray]:
         return pad_batch(items, self.tokenizer.pad_id, self.pad_multiple)
+
+    def warmup_batches(self, batch_tokens: int, max_batch_size: int) -> list[Mapping[str, np.ndarray]]:
+        """A lone short text, then a full batch per length bucket, of real token ids (a tokenized filler
+        word between the model's own special tokens)."""
+        from core.tokenization import Encoded
+
+        (sample,) = self.tokenizer.encode(["warm up"], truncate=True)
+        ids = sample.ids
+        head, tail, word = ids[:1], ids[-1:], ids[1:-1] if ids.size > 2 else ids
+
+        def item(length: int) -> Encoded:
+            body = np.resize(word, max(length - 2, 0))
+            row = np.concatenate([head, body, tail])[:length]
+            return Encoded(row.astype(np.int64), np.zeros_like(row, dtype=np.int64))
+
+        shapes = [(1, min(8, self.tokenizer.max_length))]
+        shapes += [(warmup_count(n, batch_tokens, max_batch_size), n) for n in warmup_lengths(self.tokenizer.max_length)]
+        return [self.collate([item(length)] * count) for count, length in shapes]

@@ -22,6 +22,7 @@ class ClassifyRequest:
     pairs: list[tuple[str, str]] | None = None
     raw_scores: bool = False
     truncate: bool = True
+    truncation_direction: str = "right"  # "left": keep the end of an over-long text (single texts)
 
 
 @dataclass(slots=True)
@@ -41,6 +42,7 @@ class ClassifyTask(TextTask):
     name: ClassVar[str] = "classify"
     head: ClassVar[str] = "sequence-classification"
     capabilities: ClassVar[frozenset[str]] = frozenset({"classify", "tokenize"})
+    truncates_left: ClassVar[bool] = True
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
         super().__init__(info, spec)
@@ -49,10 +51,13 @@ class ClassifyTask(TextTask):
 
     def prepare(self, request: ClassifyRequest) -> list[Encoded]:
         if request.pairs is not None:
+            if request.truncation_direction == "left":
+                raise InvalidInput("truncation_direction 'left' applies to single texts, not to pairs",
+                                   param="truncation_direction")
             return self.tokenizer.encode_pairs(request.pairs, truncate=request.truncate)
         if not request.texts:
             raise InvalidInput("'input' must not be empty", param="input")
-        return self.tokenizer.encode(request.texts, truncate=request.truncate)
+        return self.tokenizer.encode(request.texts, truncate=request.truncate, direction=request.truncation_direction)
 
     def postprocess(self, outputs: Mapping[str, np.ndarray], items: Sequence[Encoded]) -> list[np.ndarray]:
         return list(outputs["logits"].astype(np.float32, copy=False))

@@ -29,8 +29,14 @@ class EmbedRequest:
     prompt: str | None = None  # literal prompt text, prepended to each text
     prompt_name: str | None = None  # a named prompt of the model (config_sentence_transformers.json / spec)
     input_type: str | None = None  # "query" | "document" (late interaction encodes them differently)
-    #: what a multi-output model returns: "dense" (/v1/embeddings) or "sparse" (the sparse routes)
+    #: what a multi-output model returns: "dense" (/v1/embeddings) or "sparse" (the sparse routes);
+    #: "tokens": every token's vector, unpooled (TEI's /embed_all)
     output: str = "dense"
+    #: which end an over-long text loses: "right" (keep the start) or "left" (keep the end)
+    truncation_direction: str = "right"
+    #: long inputs (core/tasks/chunking.py): windows pooled into one vector per text, or one vector per chunk
+    chunking: Any = None  # ChunkOptions
+    late_chunking: Any = None  # LateChunkOptions
 
 
 @dataclass(slots=True)
@@ -88,8 +94,10 @@ def shape_vectors(vectors: np.ndarray, dimensions: int | None, normalize: bool) 
 class EmbedTask(TextTask):
     name: ClassVar[str] = "embed"
     head: ClassVar[str] = "encoder"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings", "tokenize"})
+    #: embed_all: every token's vector (TEI's /embed_all)
+    capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings", "tokenize", "embed_all"})
     modalities: ClassVar[tuple[str, ...]] = ("text",)
+    truncates_left: ClassVar[bool] = True
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
         super().__init__(info, spec)
@@ -115,6 +123,13 @@ class EmbedTask(TextTask):
         return sum(map(len, texts)) + prompt_chars <= INLINE_PREPARE_CHARS
 
     def prepare(self, request: EmbedRequest) -> list[Encoded]:
+        items = self._prepare(request)
+        if request.output == "tokens":
+            for item in items:
+                item.all_tokens = True
+        return items
+
+    def _prepare(self, request: EmbedRequest) -> list[Encoded]:
         if request.modality not in self.modalities:
             raise InvalidInput(
                 f"modality {request.modality!r} is not served by this model; its modalities: {list(self.modalities)}",
@@ -125,13 +140,23 @@ class EmbedTask(TextTask):
                 f"dimensions={request.dimensions} exceeds the model's dimension {self.dimension}",
                 param="dimensions",
             )
+        if request.chunking is not None or request.late_chunking is not None:
+            from core.tasks import chunking
+
+            if request.late_chunking is not None:
+                return chunking.prepare_late(self, request)
+            return chunking.prepare_chunked(self, request)
         prompt = resolve_prompt(self.info, self.spec, request.prompt, request.prompt_name)
         if request.token_ids is not None:
             if request.prompt is not None or request.prompt_name is not None:
                 raise InvalidInput("prompts apply to text input, not to token ids", param="prompt")
             return self.tokenizer.from_ids(request.token_ids, truncate=request.truncate)
         if prompt is None:
-            return self.tokenizer.encode(request.texts or [], truncate=request.truncate)
+            return self.tokenizer.encode(request.texts or [], truncate=request.truncate,
+                                         direction=request.truncation_direction)
+        if request.truncation_direction == "left":
+            raise InvalidInput("truncation_direction 'left' would cut the prompt off the start of the text; "
+                               "send no prompt, or truncate from the right", param="truncation_direction")
         filled = self._prompt_fills_the_window(prompt, request)
         if filled is not None:
             return filled
@@ -176,11 +201,30 @@ class EmbedTask(TextTask):
         pooled = pool(hidden, mask, self.pipeline.pooling).astype(np.float32, copy=False)
         for step in self.steps:  # Dense modules (and a Normalize between them), in module order
             pooled = l2_normalize(pooled) if step == "normalize" else step(pooled)
-        return list(pooled)
+        results = list(pooled)
+        for i, item in enumerate(items):
+            if getattr(item, "all_tokens", False):  # the encoder's token vectors, as TEI's /embed_all returns them
+                results[i] = np.ascontiguousarray(hidden[i, item.pool_from:item.cost], dtype=np.float32)
+            keep = getattr(item, "keep", None)  # a late-chunking window: its token vectors, pooled per chunk later
+            if keep is not None:
+                results[i] = hidden[i, keep].astype(np.float32)
+        return results
 
     def finish(self, request: EmbedRequest, items: Sequence[Encoded], results: list[np.ndarray]) -> EmbedResult:
+        if request.output == "tokens":
+            return EmbedResult(list(results), sum(it.cost for it in items))
+        if request.late_chunking is not None:
+            from core.tasks.chunking import finish_late
+
+            results = list(finish_late(self, items, results))
         vectors = np.stack(results) if results else np.zeros((0, self.dimension or 0), np.float32)
-        return EmbedResult(self.shape(vectors, request), sum(it.cost for it in items))
+        vectors = self.shape(vectors, request)
+        if request.chunking is not None:  # windows → one vector per text
+            from core.tasks.chunking import finish_chunked
+
+            normalize = self.pipeline.normalize if request.normalize is None else request.normalize
+            vectors = finish_chunked(request, items, vectors, normalize)
+        return EmbedResult(vectors, sum(it.cost for it in items))
 
     def shape(self, vectors: np.ndarray, request: EmbedRequest) -> np.ndarray:
         normalize = self.pipeline.normalize if request.normalize is None else request.normalize

@@ -35,6 +35,7 @@ from core.tasks.embed import EmbedRequest, EmbedResult, l2_normalize
 from core.tasks.prompts import resolve_prompt
 from core.tasks.scoring import ScoreResult
 from core.tokenization import TextTokenizer
+from core.tasks.chunking import refuse_long_input_options
 
 QUERY_TYPES = frozenset({"query", "search_query"})
 DOCUMENT_TYPES = frozenset({"document", "search_document", "passage"})
@@ -166,6 +167,7 @@ class LateInteractionTask(Task):
 
     # the task contract -----------------------------------------------------------------------------
     def prepare(self, request: EmbedRequest | ScoreRequest) -> list[TokenItem]:
+        refuse_long_input_options(request, self.name)
         if isinstance(request, ScoreRequest):
             if not request.documents:
                 raise InvalidInput("'documents' must not be empty", param="documents")

@@ -32,6 +32,7 @@ from core.tasks.late_interaction import ScoreRequest
 from core.tasks.prompts import resolve_prompt
 from core.tasks.scoring import ScoreResult
 from core.tasks.sparse import SparseResult, SparseVector
+from core.tasks.chunking import refuse_long_input_options
 
 def load_linear(folder: Path, name: str) -> tuple[np.ndarray, np.ndarray | None]:
     """``name``.safetensors or ``name``.pt (a torch ``nn.Linear`` state dict): (weight (out, in), bias)."""
@@ -101,6 +102,7 @@ class MultiOutputTask(TextTask):
 
     # worker thread
     def prepare(self, request: EmbedRequest | ScoreRequest) -> list[M3Item]:
+        refuse_long_input_options(request, self.name)
         if isinstance(request, ScoreRequest):
             if not request.documents:
                 raise InvalidInput("'documents' must not be empty", param="documents")

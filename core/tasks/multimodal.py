@@ -22,10 +22,11 @@ from typing import ClassVar, Mapping, Sequence
 import numpy as np
 
 from core.config import ModelSpec
-from core.errors import BackendFailure, InvalidInput, TooLarge, Unsupported, require
+from core.errors import BackendFailure, InvalidInput, TesseraError, TooLarge, Unsupported, require
 from core.loading import ModelInfo
 from core.tasks.base import Task
 from core.tasks.embed import EmbedRequest, EmbedResult, l2_normalize, shape_vectors
+from core.tasks.chunking import refuse_long_input_options
 
 
 #: 1-D per-item arrays padded to the batch's longest item (everything else is stacked as is)
@@ -79,6 +80,7 @@ class MultiModalEmbedTask(Task):
 
     # worker thread ------------------------------------------------------------------------------
     def prepare(self, request: EmbedRequest) -> list[MediaItem]:
+        refuse_long_input_options(request, self.name)
         modality = request.modality
         if modality not in self.modalities:
             raise InvalidInput(
@@ -148,6 +150,30 @@ class MultiModalEmbedTask(Task):
             arr = np.asarray(ids, dtype=np.int64)
             items.append(MediaItem("text", {"input_ids": arr, "attention_mask": np.ones_like(arr)}, len(ids), len(ids)))
         return items
+
+    def warmup_batches(self, batch_tokens: int, max_batch_size: int) -> list[Mapping[str, np.ndarray]]:
+        """Per modality the model embeds: text at each length bucket, one full batch of a blank image or of
+        a second of silence (decoded and preprocessed as requests are)."""
+        from core.tasks.base import warmup_count, warmup_lengths
+
+        batches = []
+        for modality in self.modalities:
+            if modality == "text":
+                for length in warmup_lengths(self.max_length):
+                    try:  # a text of about `length` tokens, prepared as a request's
+                        (one,) = self.text_items([" ".join(["warm"] * max(1, length - 2))], truncate=True)
+                    except TesseraError:  # over the model's limit (prefix tokens): that bucket never forms
+                        continue
+                    batches.append(self.collate([one] * warmup_count(one.cost, batch_tokens, max_batch_size)))
+                continue
+            if modality == "image":
+                from PIL import Image
+
+                (one,) = self.image_items([Image.new("RGB", (224, 224), (127, 127, 127))])
+            else:
+                (one,) = self.audio_items([np.zeros(self.sampling_rate or 16000, dtype=np.float32)])
+            batches.append(self.collate([one] * warmup_count(one.cost, batch_tokens, max_batch_size)))
+        return batches
 
     def image_items(self, images: list) -> list[MediaItem]:
         raise InvalidInput(f"model {self.name} does not embed images", param="modality")

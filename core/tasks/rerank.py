@@ -24,6 +24,8 @@ class RerankRequest:
     raw_scores: bool = False
     truncate: bool = True
     max_tokens_per_doc: int | None = None
+    #: LLM rerankers: the task instruction written into the prompt (None: the model's default)
+    instruction: str | None = None
 
 
 class RerankTask(TextTask):
@@ -45,6 +47,9 @@ class RerankTask(TextTask):
     def prepare(self, request: RerankRequest) -> list[Encoded]:
         if not request.documents:
             raise InvalidInput("'documents' must not be empty", param="documents")
+        if request.instruction is not None:
+            raise InvalidInput("'instruction' applies to LLM rerankers (a causal LM prompted with it); this "
+                               "model is a cross-encoder", param="instruction")
         return self.tokenizer.encode_pairs(
             [(request.query, d) for d in request.documents], truncate=request.truncate,
             max_second=request.max_tokens_per_doc,

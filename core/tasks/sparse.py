@@ -12,10 +12,13 @@ from typing import ClassVar, Mapping, Sequence
 import numpy as np
 
 from core.config import ModelSpec
+from core.errors import InvalidInput
 from core.loading import ModelInfo
-from core.tasks.embed import EmbedRequest
 from core.tasks.base import TextTask
+from core.tasks.embed import EmbedRequest
+from core.tasks.prompts import resolve_prompt
 from core.tokenization import Encoded
+from core.tasks.chunking import refuse_long_input_options
 
 
 @dataclass(slots=True)
@@ -45,14 +48,25 @@ class SparseTask(TextTask):
     name: ClassVar[str] = "sparse"
     head: ClassVar[str] = "splade"
     capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings_sparse", "tokenize"})
+    truncates_left: ClassVar[bool] = True
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
         super().__init__(info, spec)
 
     def prepare(self, request: EmbedRequest) -> list[Encoded]:
+        refuse_long_input_options(request, self.name)
+        prompt = resolve_prompt(self.info, self.spec, request.prompt, request.prompt_name)
         if request.token_ids is not None:
+            if prompt is not None and (request.prompt or request.prompt_name):
+                raise InvalidInput("prompts apply to text input, not to token ids", param="prompt_name")
             return self.tokenizer.from_ids(request.token_ids, truncate=request.truncate)
-        return self.tokenizer.encode(request.texts or [], truncate=request.truncate)
+        texts = request.texts or []
+        if prompt is not None:  # prepended; SPLADE's max pooling takes every token, the prompt's too
+            if request.truncation_direction == "left":
+                raise InvalidInput("truncation_direction 'left' would cut the prompt off the start of the text",
+                                   param="truncation_direction")
+            texts = [prompt + t for t in texts]
+        return self.tokenizer.encode(texts, truncate=request.truncate, direction=request.truncation_direction)
 
     def postprocess(self, outputs: Mapping[str, np.ndarray], items: Sequence[Encoded]) -> list[SparseVector]:
         if "sparse_embedding" in outputs:

@@ -173,15 +173,37 @@ def modal_module(minilm_dir, packaged_int8_onnx):
         return load_by_path("tessera_modal_app", MODAL_APP)
 
 
+def modal_hooks(obj, phase: str) -> list:
+    """The enter hooks Modal's container runtime calls on ``obj`` in ``phase``, found by Modal's own
+    lookup (``_find_callables_for_obj`` with the ENTER_PRE_SNAPSHOT / ENTER_POST_SNAPSHOT flags)."""
+    from modal._partial_function import _find_callables_for_obj
+    from modal._partial_function import _PartialFunctionFlags as Flags
+
+    flag = {"snapshot": Flags.ENTER_PRE_SNAPSHOT, "restore": Flags.ENTER_POST_SNAPSHOT}[phase]
+    return list(_find_callables_for_obj(obj, flag).values())
+
+
+def modal_snapshot_phase(module):
+    """A new instance of the user class with the hooks run before Modal takes the memory snapshot."""
+    obj = module.Tessera._get_user_cls()()
+    with modal_env():
+        for hook in modal_hooks(obj, "snapshot"):
+            hook()
+    return obj
+
+
+def modal_restore_phase(obj) -> None:
+    """The hooks Modal runs after restoring a snapshot (and, without one, right after the first)."""
+    with modal_env():
+        for hook in modal_hooks(obj, "restore"):
+            hook()
+
+
 def modal_instance(module):
     """An instance of the user class with its enter hooks run, as Modal does in a container."""
-    cls = module.Tessera
-    hooks = cls._get_partial_functions()
-    obj = cls._get_user_cls()()
-    with modal_env():
-        hooks["import_runtime"]._get_raw_f()(obj)
-        hooks["load"]._get_raw_f()(obj)
-    return obj, hooks
+    obj = modal_snapshot_phase(module)
+    modal_restore_phase(obj)
+    return obj, module.Tessera._get_partial_functions()
 
 
 @pytest.fixture(scope="session")

@@ -174,3 +174,60 @@ def test_ensure_started_is_once_per_loop_and_refuses_a_second_loop(minilm_dir, p
     finally:
         loop.run_until_complete(registry.stop(drain=False))
         loop.close()
+
+
+def test_threads_per_worker_in_multi_concurrency_mode(lambda_module):
+    threads_for = lambda_module.threads_for
+    assert threads_for({"AWS_LAMBDA_MAX_CONCURRENCY": "4"}, cpus=8) == 2
+    assert threads_for({"AWS_LAMBDA_MAX_CONCURRENCY": "3"}, cpus=8) == 2
+    assert threads_for({"AWS_LAMBDA_MAX_CONCURRENCY": "16"}, cpus=8) == 1
+    # the memory rule is standard Lambda's; a multi-concurrency environment counts its own vCPUs
+    assert threads_for({"AWS_LAMBDA_MAX_CONCURRENCY": "1", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1769"}, cpus=4) == 4
+    assert threads_for({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "3008"}, cpus=64) == 2
+    assert threads_for({"AWS_LAMBDA_MAX_CONCURRENCY": "4", "TESSERA_THREADS": "3"}, cpus=8) is None
+    settings, _ = lambda_module.lambda_settings({"AWS_LAMBDA_MAX_CONCURRENCY": "2"})
+    assert settings.threads == max(1, lambda_module.available_cpus() // 2)
+
+
+def test_answer_that_cannot_fit_is_refused_before_inference(lambda_module, monkeypatch):
+    from core.engine import Engine
+
+    calls = []
+    original = Engine.__call__
+
+    async def counted(self, request, **kwargs):
+        calls.append(len(request.texts or ()))
+        return await original(self, request, **kwargs)
+
+    monkeypatch.setattr(Engine, "__call__", counted)
+    texts = [f"item {i}" for i in range(1500)]
+    refused = invoke(lambda_module, _embed_event(texts))
+    assert refused.status == 413 and calls == []  # the model never saw the request
+    error = refused.json()["error"]
+    assert error["code"] == "response_too_large" and "at least" in error["message"]
+    # the same count fits as base64, and narrower vectors fit as floats: both are computed
+    assert invoke(lambda_module, _embed_event(texts, encoding_format="base64")).status == 200
+    assert invoke(lambda_module, _embed_event(texts, dimensions=128)).status == 200
+    assert calls == [1500, 1500]
+    # the early check answers only requests the app would authorize (the app's 401 comes first)
+    keys = [b"secret-key"]
+    event = _embed_event(texts)
+    assert lambda_module.refused_early(event, lambda_module.registry, lambda_module.response_limit, keys) is None
+    event["headers"]["authorization"] = "Bearer secret-key"
+    assert lambda_module.refused_early(event, lambda_module.registry, lambda_module.response_limit, keys)["statusCode"] == 413
+
+
+def test_deadline_header_from_the_remaining_time(lambda_module):
+    event = _embed_event(["x"])
+    got = lambda_module.with_deadline(event, 30_000, 1.0)
+    assert got["headers"]["x-request-timeout"] == "29.000" and "x-request-timeout" not in event["headers"]
+    event["headers"]["X-Request-Timeout"] = "5"  # the client's own, shorter, is kept
+    got = lambda_module.with_deadline(event, 30_000, 1.0)
+    assert got["headers"]["x-request-timeout"] == "5.000" and "X-Request-Timeout" not in got["headers"]
+    assert lambda_module.with_deadline(event, 800, 1.0)["headers"]["x-request-timeout"] == "0.001"
+    event["headers"]["X-Request-Timeout"] = "soon"  # left for the app to refuse with its 400
+    assert lambda_module.with_deadline(event, 30_000, 1.0)["headers"]["X-Request-Timeout"] == "soon"
+    rest = {"httpMethod": "POST", "path": "/v1/embeddings", "headers": {"Host": "x"},
+            "multiValueHeaders": {"Host": ["x"]}}
+    assert lambda_module.with_deadline(rest, 10_000, 1.0)["multiValueHeaders"]["x-request-timeout"] == ["9.000"]
+

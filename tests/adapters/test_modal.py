@@ -1,5 +1,8 @@
-"""Modal: the app file imports offline without credentials; the class's enter hooks, web app and bulk
-method work locally; the App definition carries the GPU, Volume, scaling and concurrency settings."""
+"""Modal, with the real ``modal`` package: the app file imports offline without credentials; the enter
+hooks run in Modal's snapshot phases (found by Modal's own lookup) and the snapshot phase leaves torch
+and the weights in memory; no API key reaches the image or the app's definition; the web app and the
+bulk method work locally; the App definition carries the GPU, Volume, secret, scaling and concurrency
+settings."""
 
 from __future__ import annotations
 
@@ -10,7 +13,10 @@ import sys
 
 import numpy as np
 
-from tests.adapters.conftest import MODAL_APP, modal_instance
+import pytest
+
+from tests.adapters.conftest import (MODAL_APP, MODAL_ENV, load_by_path, modal_env, modal_instance,
+                                     modal_restore_phase, modal_snapshot_phase)
 from tests.adapters.contract import MODEL, THREE
 from tests.support.server import ROOT
 
@@ -57,12 +63,15 @@ def test_app_definition_carries_gpu_volume_and_concurrency(modal_module):
     assert "tessera-models" in repr(spec.volumes["/models"])
     assert options["gpu"] == ["L40S", "A100", "L4"]
     assert options["max_concurrent_inputs"] == 32  # TESSERA_MODAL_MAX_INPUTS
+    # the autoscaler's target: a new container starts at 24 busy slots, not when all 32 are taken
+    assert options["target_concurrent_inputs_int"] == 24
     assert options["min_containers"] == 1 and options["max_containers"] == 4
     assert options["scaledown_window"] == 300
     assert options["enable_memory_snapshot"] is True
-    assert Flags.ENTER_PRE_SNAPSHOT in hooks["import_runtime"].flags
+    assert Flags.ENTER_PRE_SNAPSHOT in hooks["load_weights"].flags
     assert Flags.ENTER_POST_SNAPSHOT in hooks["load"].flags
     assert hooks["web"].params.webhook_config.type == api_pb2.WEBHOOK_TYPE_ASGI_APP
+    assert hooks["web"].params.webhook_config.requires_proxy_auth is False  # TESSERA_MODAL_PROXY_AUTH unset
     assert Flags.CALLABLE_INTERFACE in hooks["embed_shard"].flags
     # the container sees the same configuration through its environment
     env = json.loads(json.dumps(modal_module.CONTAINER_ENV))
@@ -93,3 +102,315 @@ def test_bulk_helpers(modal_module, tmp_path):
     texts = modal_module.read_texts(str(source))
     assert texts == ["plain line", "json line", "last"]
     assert modal_module.shards(texts, 2) == [["plain line", "json line"], ["last"]]
+
+
+# --- memory snapshot: what the snapshot phase leaves in memory ----------------------------------
+
+SNAPSHOT_PHASES = r"""
+import asyncio, json, sys
+sys.path.insert(0, sys.argv[2])
+from tests.adapters.conftest import load_by_path, modal_hooks
+
+report = {}
+module = load_by_path("tessera_modal_app", __import__("pathlib").Path(sys.argv[1]))
+report["torch_after_import"] = "torch" in sys.modules
+obj = module.Tessera._get_user_cls()()
+cuda_calls = []
+QUERIES = {"is_available", "device_count", "_lazy_init", "init", "current_device", "get_device_properties",
+           "set_device", "_device_count_nvml", "is_bf16_supported"}
+
+def watch(frame, event, arg):  # torch.cuda's queries (torch caches "no GPU" once asked) while the hook runs
+    code = frame.f_code
+    if event == "call" and code.co_name in QUERIES and "/torch/cuda/" in code.co_filename:
+        cuda_calls.append(code.co_name)
+
+sys.setprofile(watch)
+for hook in modal_hooks(obj, "snapshot"):
+    hook()
+sys.setprofile(None)
+report["torch_after_snapshot"] = "torch" in sys.modules
+
+import torch
+report["cuda_initialized"] = torch.cuda.is_initialized()
+report["cuda_calls"] = cuda_calls
+staged = obj.snapshot_registry
+report["snapshot_engines"] = sorted(staged.engines)
+report["snapshot_failed"] = sorted(staged.failed)
+model = staged.engines["minilm-torch"].backend._eager
+report["snapshot_params"] = sorted({f"{p.device.type}/{p.dtype}" for p in model.parameters()})
+report["snapshot_param_count"] = sum(p.numel() for p in model.parameters())
+
+# after restore: a GPU would be attached; this machine has only its CPU, so the move is recorded with
+# the spec's device and dtype, then made to the device the machine has
+from core.backends.torch import TorchBackend
+moves, move = [], TorchBackend.to_device
+def to_device(self, device, dtype=None):
+    moves.append([device, dtype])
+    move(self, "cpu", "float32")
+TorchBackend.to_device = to_device
+try:
+    for hook in modal_hooks(obj, "restore"):
+        hook()
+except __import__("core.errors").errors.StartupFailed as exc:  # the ONNX model cannot load on cuda here: the start fails, naming it
+    report["restore_error"] = str(exc)
+report["moves"] = moves
+engine = obj.registry.engines["minilm-torch"]
+report["same_weights"] = engine.backend._eager is model
+report["served_spec"] = [engine.spec.device, engine.spec.dtype, engine.batcher.max_batch_tokens
+                         if hasattr(engine.batcher, "max_batch_tokens") else engine.spec.batch_tokens]
+report["restore_engines"] = sorted(obj.registry.engines)
+report["restore_failed"] = sorted(obj.registry.failed)
+
+texts = ["A man is eating food.", "A man is riding a horse.", "Un homme mange."]
+vectors = asyncio.run(module.Tessera._get_partial_functions()["embed_shard"]._get_raw_f()(obj, texts, "minilm-torch"))
+
+from core.config import ModelSpec, Settings
+from core.engine import Registry
+from core.inprocess import AsyncEngine
+settings = Settings(models=[ModelSpec(path=sys.argv[3], name="ref", backend="torch")])
+reference = asyncio.run(AsyncEngine(settings, Registry.from_settings(settings)).embed(texts, "ref"))
+report["shape"] = list(vectors.shape)
+report["max_abs_diff"] = float(abs(vectors - reference).max())
+print(json.dumps(report))
+"""
+
+
+def test_snapshot_phase_leaves_torch_and_the_weights_in_memory(minilm_dir, packaged_int8_onnx, tmp_path):
+    """Run the app's enter hooks in a fresh process, phase by phase, with a torch model on cuda/float16
+    and an ONNX model on cuda: after the snapshot phase torch is imported and the torch model's weights
+    are loaded on the CPU without a single CUDA query; after restore they are moved (to the spec's
+    device) and serve; the ONNX model loads only after restore."""
+    models = [{"path": str(minilm_dir), "name": "minilm-torch", "backend": "torch", "device": "cuda",
+               "dtype": "float16"},
+              {"path": str(minilm_dir), "name": "minilm-onnx", "backend": "onnx", "device": "cuda",
+               "dtype": "int8", "onnx_file": str(packaged_int8_onnx)}]
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("TESSERA_")}
+    env.update({"TESSERA_MODELS": json.dumps(models), "HOME": str(tmp_path)})
+    done = subprocess.run([sys.executable, "-c", SNAPSHOT_PHASES, str(MODAL_APP), str(ROOT), str(minilm_dir)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["torch_after_import"] is False  # importing the app file stays light
+    assert report["torch_after_snapshot"] is True
+    assert report["cuda_initialized"] is False and report["cuda_calls"] == []
+    assert report["snapshot_engines"] == ["minilm-torch"] and report["snapshot_failed"] == []
+    # float16 runs on CUDA only: staged as float32 on the CPU, every MiniLM parameter loaded
+    assert report["snapshot_params"] == ["cpu/torch.float32"]
+    assert report["snapshot_param_count"] > 22_000_000
+    assert report["moves"] == [["cuda", "float16"]]  # the spec's device and dtype
+    assert report["same_weights"] is True  # the snapshot's weights, moved: not loaded again
+    assert report["served_spec"][:2] == ["cuda", "float16"]
+    assert report["served_spec"][2] == 16384  # the accelerator's batch budget, not the CPU's 512
+    # the ONNX model on cuda was left for after restore, and tried there: no CUDA provider here, so it
+    # fails, and that fails the container's start (Modal has no health check to hold it back)
+    assert report["restore_engines"] == ["minilm-torch"] and report["restore_failed"] == ["minilm-onnx"]
+    assert report["restore_error"].startswith("1 of 2 models failed to load (minilm-onnx: ")
+    assert report["shape"] == [3, 384] and report["max_abs_diff"] < 1e-5
+
+
+def test_torch_to_device_applies_the_load_rules(minilm_dir):
+    import torch
+
+    from core.backends.onnx import OnnxBackend
+    from core.backends.torch import TorchBackend
+    from core.errors import InvalidInput, Unsupported
+
+    with pytest.raises(Unsupported, match="load it on that device"):
+        OnnxBackend.from_spec(__import__("core.config", fromlist=["ModelSpec"]).ModelSpec(path=minilm_dir)).to_device("cuda")
+    backend = TorchBackend()
+    backend.load(minilm_dir, head="encoder", device="cpu", dtype="float32", threads=1)
+    if not torch.cuda.is_available():
+        with pytest.raises(InvalidInput, match="CUDA is not available"):
+            backend.to_device("cuda", "float16")
+    with pytest.raises(InvalidInput, match="float16 on CPU"):
+        backend.to_device("cpu", "float16")
+    with pytest.raises(InvalidInput, match="cannot convert a loaded float32 model to int8"):
+        backend.to_device("cpu", "int8")
+    ids = np.array([[101, 7592, 2088, 102]], np.int64)
+    inputs = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+    before = backend.run(inputs)["last_hidden_state"]
+    backend.to_device("cpu", "bfloat16")
+    assert {p.dtype for p in backend._model.parameters()} == {torch.bfloat16}
+    assert backend.describe()["dtype"] == "bfloat16"
+    after = backend.run(inputs)["last_hidden_state"]
+    assert np.abs(after - before).max() < 0.1  # the same model, in bfloat16
+    int8 = TorchBackend()
+    int8.load(minilm_dir, head="encoder", device="cpu", dtype="int8", threads=1)
+    with pytest.raises(InvalidInput, match="int8 .* CPU only"):
+        int8.to_device("cuda:0")
+
+
+# --- secrets: never in the image, never in the app's definition -------------------------------
+
+DEPLOY_KEY = "sk-deploy-time-4f2a9c"
+
+
+def _closure(function) -> dict:
+    return {name: cell.cell_contents for name, cell in zip(function.__code__.co_freevars, function.__closure__ or ())}
+
+
+def image_definition(image) -> tuple[list[str], list]:
+    """Every Dockerfile command of every layer of ``image`` (as Modal's builder renders them for each
+    builder version) and every secret a build step gets, walking the layers through their base images."""
+    from modal._image import _Image, ImageBuilderVersion
+    from modal._utils.async_utils import synchronizer
+
+    versions = ImageBuilderVersion.__args__
+    commands, secrets, todo, seen = [], [], [synchronizer._translate_in(image)], set()
+    while todo:
+        layer = todo.pop()
+        if id(layer) in seen:
+            continue
+        seen.add(id(layer))
+        closure = _closure(layer._load)
+        if closure.get("dockerfile_function") is not None:
+            for version in versions:
+                commands += closure["dockerfile_function"](version).commands
+        secrets += list(closure.get("secrets") or ())
+        todo += [dep for dep in layer._deps() if isinstance(dep, _Image)]
+    return commands, secrets
+
+
+@pytest.fixture(scope="module")
+def modal_with_secret(modal_module):
+    """The app file loaded as an operator deploys it with keys in a Modal Secret, proxy auth on, a
+    target of 20 inputs, and API keys also lying in the deploy-time environment."""
+    extra = {"TESSERA_MODAL_SECRET": "tessera-keys", "TESSERA_MODAL_PROXY_AUTH": "1",
+             "TESSERA_MODAL_TARGET_INPUTS": "20", "TESSERA_API_KEYS": json.dumps([DEPLOY_KEY])}
+    MODAL_ENV.update(extra)
+    try:
+        with modal_env():
+            module = load_by_path("tessera_modal_app_with_secret", MODAL_APP)
+    finally:
+        for key in extra:
+            MODAL_ENV.pop(key)
+    return module
+
+
+def test_no_api_key_in_the_image_or_the_definition(modal_with_secret):
+    from modal._utils.async_utils import synchronizer
+
+    commands, build_secrets = image_definition(modal_with_secret.image)
+    assert any("torch==2.13.0" in c for c in commands)  # the walk reaches the pip layer
+    assert not [c for c in commands if DEPLOY_KEY in c or "TESSERA_API_KEYS" in c]
+    assert build_secrets == []
+    spec, options, hooks = _definition(modal_with_secret)
+    secrets = [synchronizer._translate_in(s) for s in spec.secrets]
+    assert "modal.Secret.from_name('tessera-keys')" in [repr(s) for s in secrets]
+    # the class's env= becomes a from_dict secret holding the plain settings, and no key
+    sent = [s._load_env_dict() for s in secrets if getattr(s, "_load_env_dict", None) is not None]
+    assert len(sent) == 1 and "TESSERA_MODELS" in sent[0]
+    assert "TESSERA_API_KEYS" not in sent[0] and DEPLOY_KEY not in json.dumps(sent[0])
+    assert DEPLOY_KEY not in json.dumps(modal_with_secret.CONTAINER_ENV)
+    assert hooks["web"].params.webhook_config.requires_proxy_auth is True
+    assert options["target_concurrent_inputs_int"] == 20 and options["max_concurrent_inputs"] == 32
+
+
+def test_deploy_time_keys_without_a_secret_are_refused(modal_module):
+    MODAL_ENV["TESSERA_API_KEYS"] = json.dumps([DEPLOY_KEY])
+    try:
+        with modal_env(), pytest.raises(RuntimeError, match="modal secret create") as raised:
+            load_by_path("tessera_modal_app_keys_in_env", MODAL_APP)
+    finally:
+        MODAL_ENV.pop("TESSERA_API_KEYS")
+    assert DEPLOY_KEY not in str(raised.value)
+
+
+def test_a_rotated_key_is_read_after_restore(modal_module):
+    """The Secret's value read by the restore hook, not frozen in the snapshot: Modal updates the
+    environment when it restores a container."""
+    from starlette.testclient import TestClient
+
+    MODAL_ENV["TESSERA_API_KEYS"] = json.dumps(["sk-before-snapshot"])
+    try:
+        obj = modal_snapshot_phase(modal_module)
+        MODAL_ENV["TESSERA_API_KEYS"] = json.dumps(["sk-after-restore"])
+        modal_restore_phase(obj)
+    finally:
+        MODAL_ENV.pop("TESSERA_API_KEYS")
+    app = modal_module.Tessera._get_partial_functions()["web"]._get_raw_f()(obj)
+    with TestClient(app) as client:
+        def status(key):
+            return client.post("/v1/embeddings", json={"input": "hi"}, headers={"Authorization": f"Bearer {key}"}).status_code
+        assert status("sk-after-restore") == 200
+        assert status("sk-before-snapshot") == 401
+
+
+def test_weights_volume_is_v2(modal_module):
+    from modal._utils.async_utils import synchronizer
+
+    spec, _, _ = _definition(modal_module)
+    volume = synchronizer._translate_in(spec.volumes["/models"])
+    assert repr(volume) == "modal.Volume.from_name('tessera-models')"
+    assert _closure(volume._load)["version"] == 2  # TESSERA_MODAL_VOLUME_VERSION's default
+
+
+# --- bulk: .map over shards into one file ---------------------------------------------------------
+
+def test_bulk_writes_the_shards_in_input_order(modal_module, tmp_path):
+    """``bulk``'s pieces run here: the shards of a file, each embedded by the class's own method, written
+    as they arrive; the file equals one embedding of all texts, row for row."""
+    obj, hooks = modal_instance(modal_module)
+    embed = hooks["embed_shard"]._get_raw_f()
+    texts = [f"{text} ({i})" for i, text in enumerate(THREE * 9)]
+
+    async def calls():  # one event loop, as in a Modal container
+        return [await embed(obj, shard) for shard in modal_module.shards(texts, 4)], await embed(obj, texts)
+
+    parts, whole = asyncio.run(calls())
+    output = tmp_path / "vectors.npy"
+    assert modal_module.write_rows(str(output), iter(parts), len(texts)) == (27, 384)
+    written = np.load(output)
+    np.testing.assert_allclose(written, whole, atol=1e-5)
+    with pytest.raises(ValueError, match="hold 8 rows; the input has 9"):
+        modal_module.write_rows(str(tmp_path / "short.npy"), [written[:4], written[4:8]], 9)
+    assert modal_module.write_rows(str(tmp_path / "empty.npy"), [], 0) == (0, 0)
+
+
+def test_bulk_maps_with_ordered_outputs(modal_module):
+    """``bulk`` asks Modal's map for outputs in input order (what write_rows relies on)."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(modal_module.bulk.info.raw_f))
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and isinstance(node.func, ast.Attribute) and node.func.attr == "map"]
+    assert len(calls) == 1
+    keywords = {k.arg: k.value for k in calls[0].keywords}
+    assert isinstance(keywords["order_outputs"], ast.Constant) and keywords["order_outputs"].value is True
+
+
+def test_a_model_that_cannot_load_fails_the_start(modal_module, tmp_path):
+    """Before the snapshot: no snapshot is taken of a container that cannot serve its models."""
+    saved = MODAL_ENV["TESSERA_MODELS"]
+    MODAL_ENV["TESSERA_MODELS"] = json.dumps([{"path": str(tmp_path / "missing"), "name": "gone"}])
+    try:
+        from core.errors import StartupFailed
+
+        with pytest.raises(StartupFailed, match=r"no model could be loaded \(gone: "):
+            modal_snapshot_phase(modal_module)
+    finally:
+        MODAL_ENV["TESSERA_MODELS"] = saved
+
+
+def test_seed_volume_fetches_a_hub_model_into_the_volume_cache(modal_module, minilm_dir, tmp_path, monkeypatch):
+    """seed_volume --model ID runs `python -m core download` against HF_ENDPOINT (a loopback stand-in here)
+    into the Volume's Hugging Face cache, the one the containers serve Hub ids from (HF_HOME)."""
+    from modal._utils.async_utils import synchronizer
+
+    from tests.support.hub import HubStandIn, Repo, folder_files
+
+    commits: list = []
+    monkeypatch.setattr(modal_module, "HF_HOME", str(tmp_path / "huggingface"))
+    monkeypatch.setattr(modal_module, "volume", type("Volume", (), {"commit": lambda self: commits.append(1)})())
+    assert modal_module.CONTAINER_ENV["HF_HOME"] == "/models/huggingface"
+    repo = Repo.build({"main": folder_files(minilm_dir)})
+    seed = synchronizer._translate_in(modal_module.seed_volume)._raw_f
+    with HubStandIn({"acme/mini": repo}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        monkeypatch.setenv("PYTHONPATH", str(ROOT))
+        monkeypatch.chdir(ROOT)
+        line = seed(model="acme/mini", backend="torch")
+    snapshot = tmp_path / "huggingface" / "hub" / "models--acme--mini" / "snapshots" / repo.refs["main"]
+    assert line.split() == ["acme/mini", repo.refs["main"], str(snapshot)] and commits == [1]
+    assert (snapshot / "model.safetensors").stat().st_size == (minilm_dir / "model.safetensors").stat().st_size

@@ -352,3 +352,18 @@ def test_ping_needs_no_api_key_and_invocations_do(minilm_dir, packaged_int8_onnx
         assert client.post("/invocations", json=body, headers={"Authorization": "Bearer k1"}).status_code == 200
     with TestClient(create_app(settings)) as plain:
         assert plain.get("/ping").status_code == 401
+
+
+def test_a_model_that_fails_to_load_keeps_ping_at_503(tmp_path):
+    """SageMaker has a health check: the server stays up and /ping says why it is not ready (elsewhere
+    the same failure ends the start-up)."""
+    from starlette.testclient import TestClient
+
+    from adapters.sagemaker import create_sagemaker_app
+    from core.config import Settings
+
+    settings = Settings(models=[{"path": str(tmp_path / "missing"), "name": "gone"}])
+    with TestClient(create_sagemaker_app(settings)) as client:
+        ping = client.get("/ping")
+        assert ping.status_code == 503 and "gone" in ping.json()["error"]["message"]
+        assert client.get("/health").status_code == 200

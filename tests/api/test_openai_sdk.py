@@ -91,3 +91,20 @@ def test_client_disconnect_drops_queued_work(server):
     assert dropped() > before
     ok = httpx.post(server + "/v1/embeddings", json={"input": "still serving"}, headers=headers, timeout=30)
     assert ok.status_code == 200
+
+
+
+def test_quantized_embedding_types_decode_right_through_the_sdk(client, server):
+    """The SDK asks for base64 and decodes float32: int8 codes used to come out as garbage (1.5e+25)."""
+    import httpx
+
+    texts = ["int8 through the SDK", "second text"]
+    for embedding_type, dtype, width in (("int8", np.int8, 384), ("ubinary", np.uint8, 48)):
+        got = client.embeddings.create(input=texts, model="all-MiniLM-L6-v2",
+                                       extra_body={"embedding_type": embedding_type})
+        raw = httpx.post(server + "/v1/embeddings", json={"input": texts, "embedding_type": embedding_type},
+                         headers={"Authorization": "Bearer sdk-key"}, timeout=60).json()
+        expected = np.array([d["embedding"] for d in raw["data"]], dtype=dtype)
+        vectors = np.array([d.embedding for d in got.data])
+        assert vectors.shape == (2, width)
+        np.testing.assert_array_equal(vectors, expected.astype(np.float64))

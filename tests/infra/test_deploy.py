@@ -271,17 +271,17 @@ def test_modal_env_file_drives_the_app_config(deploy, tmp_path):
 
     docstring = ast.get_docstring(ast.parse((ROOT / "adapters/modal/app.py").read_text()))
     documented = set(re.findall(r"TESSERA_[A-Z_]+", docstring))
-    assert set(values) == documented
+    assert set(values) | {"TESSERA_API_KEYS"} == documented  # the keys live in the named Modal Secret
     values.update(TESSERA_MODAL_GPU="A10G,L4", TESSERA_MODAL_MIN_CONTAINERS="1", TESSERA_MODAL_MAX_CONTAINERS="9")
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), **values}
     probe = ("import importlib.util, json; s = importlib.util.spec_from_file_location('m', 'adapters/modal/app.py'); "
              "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); "
              "print(json.dumps([m.GPUS, m.MIN_CONTAINERS, m.MAX_CONTAINERS, m.SCALEDOWN_S, m.MAX_INPUTS, "
-             "m.VOLUME_NAME, json.loads(m.MODELS)[0]['dtype'], m.CONTAINER_ENV['TESSERA_API_KEYS']]))")
+             "m.VOLUME_NAME, json.loads(m.MODELS)[0]['dtype'], [repr(s) for s in m.SECRETS]]))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [
-        ["A10G", "L4"], 1, 9, 300, 64, "tessera-models", "float16", '["change-me"]']
+        ["A10G", "L4"], 1, 9, 300, 64, "tessera-models", "float16", ["modal.Secret.from_name('tessera-keys')"]]
     with pytest.raises(ValueError, match="expected KEY=VALUE"):
         bad = tmp_path / "bad.env"
         bad.write_text("# ok\nNOT A PAIR\n")
@@ -361,8 +361,9 @@ def test_missing_files_are_one_line_errors(deploy, tmp_path, capsys):
 
 def test_modal_refuses_the_example_files_placeholder_key(deploy, tmp_path, capsys):
     example = ROOT / "infra/modal/tessera.env.example"
-    assert "change-me" in example.read_text()
-    err = _refused(deploy, ["modal", "--env-file", str(example), "--dry-run"], capsys)
+    assert "TESSERA_API_KEYS" not in deploy.read_env_file(example)  # keys live in a Modal Secret
+    err = _refused(deploy, ["modal", "--env-file", str(example), "--env", 'TESSERA_API_KEYS=["change-me"]',
+                            "--dry-run"], capsys)
     assert "TESSERA_API_KEYS: holds a placeholder ('change-me')" in err
     out = io.StringIO()
     assert deploy.main(["modal", "--env-file", str(example), "--env", 'TESSERA_API_KEYS=["k-9f2c1d"]', "--dry-run"],

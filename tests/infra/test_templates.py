@@ -170,6 +170,28 @@ def test_lambda_logs_and_outputs(lam):
     assert group["Type"] == "AWS::Logs::LogGroup"
     assert group["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
     assert lam["Resources"]["TesseraFunction"]["Properties"]["LoggingConfig"]["LogGroup"] == {"Ref": "LogGroup"}
+
+
+def test_lambda_logging_config_maps_the_log_level(lam):
+    """LogFormat JSON: the level reaches the runtime as AWS_LAMBDA_LOG_LEVEL (ApplicationLogLevel), under
+    Lambda's names (WARN, not warning); every LogLevel value has one. Text: TESSERA_LOG_LEVEL alone."""
+    props = lam["Resources"]["TesseraFunction"]["Properties"]
+    config = props["LoggingConfig"]
+    assert config["LogFormat"] == {"Ref": "LogFormat"}
+    assert lam["Parameters"]["LogFormat"]["Default"] == "JSON"
+    assert set(lam["Parameters"]["LogFormat"]["AllowedValues"]) == {"JSON", "Text"}
+    assert lam["Conditions"]["JsonLogs"] == {"Fn::Equals": [{"Ref": "LogFormat"}, "JSON"]}
+    assert config["ApplicationLogLevel"] == {"Fn::If": [
+        "JsonLogs", {"Fn::FindInMap": ["LogLevels", {"Ref": "LogLevel"}, "Lambda"]}, {"Ref": "AWS::NoValue"}]}
+    levels = lam["Mappings"]["LogLevels"]
+    assert set(levels) == set(lam["Parameters"]["LogLevel"]["AllowedValues"])
+    lambda_levels = {"TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL"}  # what ApplicationLogLevel accepts
+    assert all(v["Lambda"] in lambda_levels for v in levels.values())
+    from core.logs import level_number
+
+    for ours, theirs in levels.items():  # the handler reads both names as the same level
+        assert level_number(ours) == level_number(theirs["Lambda"])
+    assert props["Environment"]["Variables"]["TESSERA_LOG_LEVEL"] == {"Ref": "LogLevel"}
     assert lam["Outputs"]["FunctionUrl"]["Value"] == {"Fn::GetAtt": ["FunctionUrl", "FunctionUrl"]}
 
 

@@ -101,7 +101,7 @@ def test_remote_code_is_refused_unless_trusted(minilm_dir, minilm_onnx_dir, tmp_
     (custom / "config.json").write_text(json.dumps(config))
     (custom / "modeling_evil.py").write_text("raise SystemExit('remote code ran')\n")
     models = [{"path": str(custom), "name": "custom", "backend": "torch"}, {"path": str(minilm_onnx_dir), "name": "ok"}]
-    with client_for(models=models) as c:
+    with client_for(models=models, allow_degraded=True) as c:
         err = assert_error(c.post("/v1/embeddings", json={"input": "x", "model": "custom"}), 503, "not_ready")
         assert "trust_remote_code" in err["message"]
         assert c.post("/v1/embeddings", json={"input": "x", "model": "ok"}).status_code == 200

@@ -8,7 +8,7 @@ from fastapi.responses import Response
 
 from core.api import protocol
 from core.api.encode import dumps, rerank_list, tei_rerank
-from core.api.http import JSONBytes, deadline_for, serving_of, until_disconnect
+from core.api.http import JSONBytes, deadline_for, model_choice, serving_of, until_disconnect
 from core.api.serving import ranking
 
 router = APIRouter()
@@ -25,12 +25,14 @@ async def rerank(body: protocol.RerankRequest, request: Request) -> Response:
     serving = serving_of(request)
     deadline = deadline_for(request, serving)
     if body.documents is None and body.texts is not None:  # TEI's body (its model is chosen by ?model=)
-        work = ranking.rerank(serving, body.model or request.query_params.get("model"), body.query, body.texts,
-                              deadline=deadline, raw_scores=body.raw_scores, truncate=body.truncate, param="texts")
+        work = ranking.rerank(serving, body.model or model_choice(request), body.query, body.texts,
+                              deadline=deadline, raw_scores=body.raw_scores, truncate=body.truncate,
+                              direction=body.truncation_direction, param="texts", instruction=body.instruction)
         served, texts = await until_disconnect(request, work)
         return JSONBytes(dumps(tei_rerank(served, texts, body.return_text)))
     work = ranking.rerank(serving, body.model, body.query, body.documents, deadline=deadline,
                           raw_scores=body.raw_scores, truncate=body.truncate,
-                          max_tokens_per_doc=body.max_tokens_per_doc, top_n=body.top_n)
+                          max_tokens_per_doc=body.max_tokens_per_doc, top_n=body.top_n,
+                          instruction=body.instruction)
     served, _ = await until_disconnect(request, work)
     return JSONBytes(dumps(rerank_list(served, body.documents, body.top_n, body.return_documents)))

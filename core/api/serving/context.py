@@ -11,6 +11,10 @@ from core.errors import NotReady
 from core.quantize import Calibration
 
 
+#: what Infinity's generated client sends as ``model`` when the caller names none
+UNSPECIFIED_MODEL = "default/not-specified"
+
+
 @dataclass(frozen=True, slots=True)
 class Served:
     """A task's result with the engine that produced it (encoders need its name, labels, tokenizer)."""
@@ -42,7 +46,8 @@ class Serving:
         return registry
 
     def engine(self, model: str | None, capability: str) -> Engine:
-        return self.registry.get(model, capability)
+        """The engine for a request's ``model`` (None, "" or Infinity's client default: the one that fits)."""
+        return self.registry.get(None if model == UNSPECIFIED_MODEL else model, capability)
 
     def calibration(self, engine: Engine) -> Calibration:
         known = self._calibrations.get(engine.name)

@@ -3,25 +3,28 @@ asked), and the in-process path for batch jobs."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from core.api.serving.context import Served, Serving
-from core.api.serving.inputs import embedding_input, media_refs
+from core.api.serving.inputs import embedding_input, media_refs, not_empty, truncation_direction
 from core.config import Settings
 from core.engine import Engine
 from core.errors import InvalidInput
 from core.quantize import CALIBRATION_TEXTS, quantize, ranges_of
+from core.tasks.chunking import long_input_options
 from core.tasks.embed import EmbedRequest, EmbedResult
 
 
 def embed_request(settings: Settings, value: Any, *, modality: str = "text", truncate: bool = True,
                   normalize: bool | None = None, dimensions: int | None = None, prompt: str | None = None,
                   prompt_name: str | None = None, input_type: str | None = None, deadline: float | None = None,
-                  param: str = "input") -> EmbedRequest:
+                  param: str = "input", chunking: Any = None, late_chunking: Any = None) -> EmbedRequest:
     """Validate an ``input`` (the OpenAI union, or media references) within the limits; build the task's
-    request. ``normalize=None``: the model's own default."""
+    request. ``normalize=None``: the model's own default; ``dimensions`` 0 or None: the full vector."""
+    dimensions = dimensions or None
     if modality != "text":
         from core.media import MediaFetcher, MediaLimits
 
@@ -31,18 +34,21 @@ def embed_request(settings: Settings, value: Any, *, modality: str = "text", tru
             media=MediaFetcher(MediaLimits.from_settings(settings), deadline=deadline),
         )
     texts, token_ids = embedding_input(value, settings, param, prompt=prompt)
+    chunk, late = long_input_options(chunking, late_chunking)
     return EmbedRequest(
         texts=texts, token_ids=token_ids, truncate=truncate, normalize=normalize, dimensions=dimensions,
-        prompt=prompt, prompt_name=prompt_name, input_type=input_type,
+        prompt=prompt, prompt_name=prompt_name, input_type=input_type, chunking=chunk, late_chunking=late,
     )
 
 
 async def embed(serving: Serving, model: str | None, value: Any, *, deadline: float,
-                embedding_type: str | None = None, **options: Any) -> Served:
+                embedding_type: str | None = None, direction: str | None = None, **options: Any) -> Served:
     """``/v1/embeddings`` and TEI's ``/embed``: vectors as ``embedding_type`` asks (None: the model's
-    ``embedding_dtype``); ``options`` are :func:`embed_request`'s keywords."""
+    ``embedding_dtype``); ``direction``: which end an over-long text loses (right by default);
+    ``options`` are :func:`embed_request`'s keywords."""
     engine = serving.engine(model, "embeddings")
     task_request = embed_request(serving.settings, value, deadline=deadline, **options)
+    task_request.truncation_direction = truncation_direction(direction, engine.task)
     result = await engine(task_request, deadline=deadline)
     embedding_type = embedding_type or engine.spec.embedding_dtype
     if embedding_type != "float":
@@ -70,24 +76,62 @@ async def quantized(serving: Serving, engine: Engine, task_request: EmbedRequest
 
 
 async def embed_sparse(serving: Serving, model: str | None, value: Any, *, truncate: bool, deadline: float,
+                       prompt_name: str | None = None, direction: str | None = None,
                        param: str = "input") -> Served:
     """``/v1/embeddings/sparse`` and TEI's ``/embed_sparse``: SPLADE vectors (a multi-output model answers
     with its sparse head)."""
     engine = serving.engine(model, "embeddings_sparse")
     texts, token_ids = embedding_input(value, serving.settings, param)
-    task_request = EmbedRequest(texts=texts, token_ids=token_ids, truncate=truncate, output="sparse")
+    task_request = EmbedRequest(texts=texts, token_ids=token_ids, truncate=truncate, output="sparse",
+                                prompt_name=prompt_name,
+                                truncation_direction=truncation_direction(direction, engine.task))
     return Served(engine, await engine(task_request, deadline=deadline))
 
 
-async def embed_texts(serving: Serving, texts: list[str], model: str | None = None, *,
-                      deadline: float | None = None) -> np.ndarray:
-    """In-process API for batch jobs (no HTTP): float32 rows, one per text, in input order, through the
-    model's batcher (its token budget and queue), a request's worth of texts at a time."""
-    engine = serving.engine(model, "embeddings")
-    await serving.registry.ensure_started()
-    step = serving.settings.max_items_per_request
-    parts = []
-    for start in range(0, len(texts), step):
-        task_request = embed_request(serving.settings, texts[start:start + step])
-        parts.append((await engine(task_request, deadline=deadline)).vectors)
-    return np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
+async def embed_all(serving: Serving, model: str | None, value: Any, *, truncate: bool, deadline: float,
+                    prompt_name: str | None = None, direction: str | None = None, param: str = "inputs") -> Served:
+    """TEI's ``/embed_all``: every token's vector (the encoder's output, unpooled), per input."""
+    engine = serving.engine(model, "embed_all")
+    task_request = embed_request(serving.settings, value, truncate=truncate, prompt_name=prompt_name, param=param)
+    task_request.output = "tokens"
+    task_request.truncation_direction = truncation_direction(direction, engine.task)
+    return Served(engine, await engine(task_request, deadline=deadline))
+
+
+async def similarity(serving: Serving, model: str | None, source: str, sentences: list[str], *, deadline: float,
+                     truncate: bool = True, prompt_name: str | None = None, direction: str | None = None) -> Served:
+    """TEI's ``/similarity`` (and the sentence-similarity task of Hugging Face's clients): the cosine
+    of each sentence's embedding with the source sentence's, in order."""
+    not_empty(sentences, "sentences")
+    served = await embed(serving, model, [source, *sentences], deadline=deadline, embedding_type="float",
+                         direction=direction, truncate=truncate, normalize=True, prompt_name=prompt_name,
+                         param="inputs")
+    vectors = served.result.vectors
+    if isinstance(vectors, list):
+        raise InvalidInput(f"{served.engine.name!r} returns multi-vector embeddings: /similarity needs one vector "
+                           "per sentence", param="model")
+    scores = (vectors[1:] @ vectors[0]).astype(np.float32)
+    return Served(served.engine, SimilarityResult(scores, served.result.prompt_tokens))
+
+
+@dataclass(frozen=True, slots=True)
+class SimilarityResult:
+    scores: np.ndarray  # float32 (n,)
+    prompt_tokens: int
+
+
+async def embed_by_types(serving: Serving, model: str | None, value: Any, types: list[str], *, deadline: float,
+                         **options: Any) -> tuple[Served, dict[str, np.ndarray]]:
+    """Cohere's ``embedding_types``: one forward pass, the vectors in each type asked for (``float``,
+    ``base64`` = float32 bytes, and the quantized types)."""
+    not_empty(types, "embedding_types")
+    served = await embed(serving, model, value, deadline=deadline, embedding_type="float", **options)
+    vectors = served.result.vectors
+    shaped_as = EmbedRequest(normalize=options.get("normalize"), dimensions=options.get("dimensions") or None)
+    out: dict[str, np.ndarray] = {}
+    for kind in dict.fromkeys(types):
+        if kind in ("float", "base64"):
+            out[kind] = vectors
+        else:
+            out[kind] = await quantized(serving, served.engine, shaped_as, vectors, kind, deadline)
+    return served, out

@@ -140,3 +140,18 @@ def predict_inputs(value: Any) -> tuple[list[str] | None, list[tuple[str, str]] 
 def check_positive(value: int | None, param: str) -> None:
     if value is not None and value <= 0:
         raise InvalidInput(f"'{param}' must be a positive integer, got {value}", param=param)
+
+
+TRUNCATION_DIRECTIONS = ("right", "left")
+
+
+def truncation_direction(value: str | None, task: Any) -> str:
+    """``right`` (keep the start; the default) or ``left`` (keep the end), for tasks that can."""
+    direction = (value or "right").lower()
+    if direction not in TRUNCATION_DIRECTIONS:
+        raise InvalidInput(f"truncation_direction must be 'left' or 'right', got {value!r}",
+                           param="truncation_direction")
+    if direction == "left" and not task.truncates_left:
+        raise InvalidInput(f"truncation_direction 'left' is not offered by the {task.name} task",
+                           param="truncation_direction")
+    return direction

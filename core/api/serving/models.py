@@ -6,16 +6,19 @@ import asyncio
 import time
 
 from core.api.serving.context import Served, Serving
-from core.api.serving.inputs import text_list
+from core.api.serving.inputs import check_prompt, not_empty, text_list
 from core.config import Settings
 from core.engine import Engine, Registry
 from core.errors import NotReady, Timeout
 from core.tasks.classify import labels_of
+from core.tasks.prompts import resolve_prompt
 
 
 def card(engine: Engine) -> dict:
-    """One ``/v1/models`` entry: OpenAI's fields, then what the engine describes of itself."""
-    return {"id": engine.name, "object": "model", "created": 0, "owned_by": "tessera", **engine.describe()}
+    """One ``/v1/models`` entry: OpenAI's fields, Infinity's (``stats``; its generated client accepts no
+    ``owned_by`` but "infinity"), then what the engine describes of itself."""
+    return {"id": engine.name, "object": "model", "created": 0, "owned_by": "infinity", "stats": {},
+            **engine.describe()}
 
 
 def cards(serving: Serving) -> list[dict]:
@@ -44,10 +47,15 @@ def first_engine(serving: Serving, model: str | None, capability: str) -> Engine
 
 
 async def tokenize(serving: Serving, engine: Engine, inputs: str | list[str], *, add_special_tokens: bool,
-                   deadline: float, param: str = "input") -> Served:
+                   deadline: float, prompt_name: str | None = None, param: str = "input") -> Served:
     """Untruncated token pieces per text, off the event loop, with the limits of the other routes: the
-    texts' limits, tokens per request (413), the deadline (504)."""
+    texts' limits, tokens per request (413), the deadline (504). ``prompt_name``: tokenized as the
+    model would see ``prompt + text``."""
     texts = text_list(inputs, param, serving.settings)
+    if prompt_name is not None:
+        prompt = resolve_prompt(engine.task.info, engine.spec, None, prompt_name) or ""
+        check_prompt(prompt, texts, serving.settings)
+        texts = [prompt + t for t in texts]
     work = asyncio.to_thread(engine.task.tokenizer.pieces, texts, add_special_tokens=add_special_tokens,
                              max_tokens=serving.settings.max_tokens_per_request)
     try:
@@ -55,6 +63,14 @@ async def tokenize(serving: Serving, engine: Engine, inputs: str | list[str], *,
     except TimeoutError:
         raise Timeout("the request's deadline passed while tokenizing") from None
     return Served(engine, pieces)
+
+
+def decode(engine: Engine, ids: list[int] | list[list[int]], *, skip_special_tokens: bool) -> Served:
+    """TEI's ``/decode``: the text of one token-id sequence, or of each of several."""
+    sequences = [ids] if ids and isinstance(ids[0], int) else ids
+    not_empty(sequences, "ids")
+    texts = engine.task.tokenizer.decode(sequences, skip_special_tokens=skip_special_tokens)
+    return Served(engine, texts)
 
 
 def tei_model_type(engine: Engine) -> dict:
@@ -75,7 +91,7 @@ def tei_info(engine: Engine, settings: Settings, version: str) -> dict:
     spec = engine.spec
     return {
         "model_id": engine.name,
-        "model_sha": None,
+        "model_sha": engine.model_sha,
         "model_dtype": spec.dtype,
         "model_type": tei_model_type(engine),
         "max_concurrent_requests": spec.max_queue_items,

@@ -12,6 +12,7 @@ from core.api.serving.inputs import (
     label_columns,
     predict_inputs,
     text_list,
+    truncation_direction,
 )
 from core.tasks.classify import ClassifyRequest
 from core.tasks.late_interaction import ScoreRequest
@@ -20,15 +21,17 @@ from core.tasks.rerank import RerankRequest
 
 async def rerank(serving: Serving, model: str | None, query: str, documents: Any, *, deadline: float,
                  raw_scores: bool = False, truncate: bool = True, max_tokens_per_doc: int | None = None,
-                 top_n: int | None = None, param: str = "documents") -> tuple[Served, list[str]]:
+                 top_n: int | None = None, direction: str | None = None,
+                 param: str = "documents", instruction: str | None = None) -> tuple[Served, list[str]]:
     """Scores of ``documents`` (strings or ``{text}`` objects) against ``query``, in input order; also
     the documents' texts (for the encoders that return them)."""
     engine = serving.engine(model, "rerank")
+    truncation_direction(direction, engine.task)  # pairs lose document tokens first: "left" is refused
     texts = document_texts(documents, serving.settings, param)
     check_positive(top_n, "top_n")
     check_positive(max_tokens_per_doc, "max_tokens_per_doc")
     task_request = RerankRequest(query=query, documents=texts, raw_scores=raw_scores, truncate=truncate,
-                                 max_tokens_per_doc=max_tokens_per_doc)
+                                 max_tokens_per_doc=max_tokens_per_doc, instruction=instruction)
     return Served(engine, await engine(task_request, deadline=deadline)), texts
 
 
@@ -43,21 +46,23 @@ async def score(serving: Serving, model: str | None, query: str, documents: Any,
 
 async def classify(serving: Serving, model: str | None, inputs: Any, *, deadline: float,
                    labels: list[str] | None = None, top_k: int | None = None, raw_scores: bool = False,
-                   truncate: bool = True) -> tuple[Served, list[int]]:
+                   truncate: bool = True, direction: str | None = None) -> tuple[Served, list[int]]:
     """``/v1/classify``: per input the label scores; also the label columns asked for."""
     engine = serving.engine(model, "classify")
     texts = text_list(inputs, "input", serving.settings)
     check_positive(top_k, "top_k")
     columns = label_columns(labels, engine.task.labels)
-    task_request = ClassifyRequest(texts=texts, raw_scores=raw_scores, truncate=truncate)
+    task_request = ClassifyRequest(texts=texts, raw_scores=raw_scores, truncate=truncate,
+                                   truncation_direction=truncation_direction(direction, engine.task))
     return Served(engine, await engine(task_request, deadline=deadline)), columns
 
 
 async def predict(serving: Serving, model: str | None, inputs: Any, *, deadline: float, raw_scores: bool = False,
-                  truncate: bool = True) -> tuple[Served, bool]:
+                  truncate: bool = True, direction: str | None = None) -> tuple[Served, bool]:
     """TEI's ``/predict``: single texts or (text, text_pair) pairs; also whether one input was sent."""
     engine = serving.engine(model, "classify")
     texts, pairs, single = predict_inputs(inputs)
     check_texts(texts if texts is not None else [t for pair in pairs for t in pair], serving.settings, "inputs")
-    task_request = ClassifyRequest(texts=texts, pairs=pairs, raw_scores=raw_scores, truncate=truncate)
+    task_request = ClassifyRequest(texts=texts, pairs=pairs, raw_scores=raw_scores, truncate=truncate,
+                                   truncation_direction=truncation_direction(direction, engine.task))
     return Served(engine, await engine(task_request, deadline=deadline)), single

@@ -1,0 +1,236 @@
+"""The Lambda handler under AWS's own runtime interface client (``python -m awslambdaric handler.handler``,
+the Lambda Python base image's entrypoint), in a subprocess against a Runtime API stand-in on loopback
+(tests/adapters/runtime_api.py): events in, responses / invocation errors / init errors out."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import time
+
+import numpy as np
+import orjson
+import pytest
+
+from tests.adapters.conftest import LAMBDA_HANDLER, int8_spec
+from tests.adapters.contract import MODEL
+from tests.adapters.events import function_url_event, http_api_event
+from tests.adapters.runtime_api import RuntimeAPI, RuntimeProcess, mapped_files
+from tests.support.server import ROOT
+
+TASK_ROOT = LAMBDA_HANDLER.parent
+INIT_TIMEOUT = 120.0
+
+pytestmark = pytest.mark.slow
+
+
+def _embed(texts, *, make=function_url_event, base64_body=False, **extra) -> dict:
+    return make("POST", "/v1/embeddings", orjson.dumps({"input": texts, **extra}), base64_body=base64_body)
+
+
+def _reply(outcome) -> tuple[int, dict]:
+    assert outcome.kind == "response", outcome.body  # an HTTP answer, not a function error
+    response = outcome.body
+    return response["statusCode"], json.loads(response["body"])
+
+
+def _assert_error_shape(body: dict) -> dict:
+    assert set(body) == {"error"}
+    error = body["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    return error
+
+
+def _started(env: dict | None = None):
+    """A stand-in and the client process on it; init finished (or failed) before it returns."""
+    api = RuntimeAPI().__enter__()
+    proc = RuntimeProcess(api, TASK_ROOT, ROOT, env)
+    return api, proc
+
+
+@pytest.fixture(scope="module")
+def ric():
+    """One execution environment: the embedded default model, text logs, 1769 MB."""
+    api, proc = _started()
+    try:
+        assert proc.wait_for_output("init done", INIT_TIMEOUT), proc.stdout + proc.stderr
+        yield api, proc
+    finally:
+        proc.stop()
+        api.__exit__()
+
+
+@pytest.mark.parametrize("make", [function_url_event, http_api_event], ids=["function-url", "http-api"])
+def test_events_and_base64_bodies(ric, make):
+    api, _ = ric
+    texts = ["Le café est très chaud ce matin.", "東京は日本の首都です。"]
+    status, plain = _reply(api.invoke(_embed(texts, make=make)))
+    assert status == 200 and [len(d["embedding"]) for d in plain["data"]] == [384, 384]
+    encoded = _embed(texts, make=make, base64_body=True)
+    assert encoded["isBase64Encoded"] is True and "café" not in encoded["body"]
+    status, decoded = _reply(api.invoke(encoded))
+    assert status == 200
+    np.testing.assert_allclose([d["embedding"] for d in decoded["data"]], [d["embedding"] for d in plain["data"]],
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("body, status, code", [(b'{"input": ["unterminated"', 400, "invalid_json"),
+                                                (b'{"input": 5}', 422, None)], ids=["not-json", "wrong-type"])
+def test_bad_body_is_an_error_in_the_openai_shape_and_the_environment_stays_up(ric, body, status, code):
+    api, proc = ric
+    got, reply = _reply(api.invoke(function_url_event("POST", "/v1/embeddings", body)))
+    assert got == status
+    error = _assert_error_shape(reply)
+    assert error["type"] == "invalid_request_error"
+    if code:
+        assert error["code"] == code
+    status, _ = _reply(api.invoke(_embed(["still serving"])))
+    assert status == 200 and proc.proc.poll() is None
+
+
+def test_oversized_response_is_a_413_after_inference(ric):
+    """1,400 float vectors: under the early estimate (11 bytes a value), over 6 MB once written (~12.2)."""
+    api, _ = ric
+    outcome = api.invoke(_embed([f"item {i}" for i in range(1400)]))
+    status, reply = _reply(outcome)
+    assert status == 413
+    error = _assert_error_shape(reply)
+    assert error["code"] == "response_too_large" and "would be " in error["message"]
+    assert "at least" not in error["message"]  # the measured size, not the estimate
+    assert len(orjson.dumps(outcome.body)) < 6 * 1024 * 1024  # what reached the Runtime API fits
+
+
+def test_1500_float_inputs_are_refused_before_computing(ric):
+    api, _ = ric
+    computed = api.invoke(_embed([f"item {i}" for i in range(1400)], encoding_format="base64"))
+    assert _reply(computed)[0] == 200
+    refused = api.invoke(_embed([f"item {i}" for i in range(1500)]))
+    status, reply = _reply(refused)
+    assert status == 413
+    error = _assert_error_shape(reply)
+    assert error["code"] == "response_too_large" and "at least" in error["message"]
+    compute_ms = computed.posted_ms - computed.handed_out_ms
+    refuse_ms = refused.posted_ms - refused.handed_out_ms
+    assert refuse_ms * 5 < compute_ms, (refuse_ms, compute_ms)  # answered without the model's work
+
+
+def test_deadline_from_the_invocation_is_a_504_before_the_platform_ends_it(ric):
+    api, _ = ric
+    texts = [f"sentence {i} " + "about the deadline of a Lambda invocation " * 6 for i in range(300)]
+    control = api.invoke(_embed(texts), timeout_ms=120_000)
+    assert _reply(control)[0] == 200
+    budget_ms = 300  # 1.3 s left at the start, less the handler's 1 s margin
+    assert control.posted_ms - control.handed_out_ms > 2 * budget_ms, "the request must outlast the budget"
+    outcome = api.invoke(_embed(texts), timeout_ms=1300)
+    status, reply = _reply(outcome)
+    assert status == 504
+    error = _assert_error_shape(reply)
+    assert error["code"] == "deadline_exceeded" and error["type"] == "timeout_error"
+    assert outcome.posted_ms < outcome.deadline_ms  # answered before Lambda would have ended it
+    time.sleep(1.5)  # let the abandoned batch finish before the next test's request
+    assert _reply(api.invoke(_embed(["after the timeout"])))[0] == 200
+
+
+def test_logs_at_info_under_the_runtime_client(ric):
+    api, proc = ric
+    outcome = api.invoke(_embed(["a logged request"]))
+    assert _reply(outcome)[0] == 200
+    assert proc.wait_for_output(outcome.request_id, 10)
+    lines = proc.stdout.splitlines()
+    init = [line for line in lines if "init done in" in line]
+    assert len(init) == 1 and init[0].startswith("[INFO]\t"), lines[:10]
+    assert any(line.startswith("[INFO]") and f"loaded {MODEL}" in line for line in lines)
+    # the client's own format, with the request id on lines logged during an invocation
+    assert any(line.startswith("[INFO]") and outcome.request_id in line and "POST /v1/embeddings 200" in line
+               for line in lines)
+
+
+def test_no_torch_in_the_process(ric):
+    api, proc = ric
+    assert importlib.util.find_spec("torch") is not None, "torch is installed here: its absence is what is tested"
+    assert _reply(api.invoke(_embed(["no torch here"])))[0] == 200
+    files = mapped_files(proc.proc.pid)
+    assert any("onnxruntime" in f for f in files)  # the model is served from this very process
+    assert not [f for f in files if "torch" in f.lower()]
+
+
+@pytest.mark.parametrize("env, shown", [
+    ({"AWS_LAMBDA_LOG_FORMAT": "JSON"}, True),
+    ({"AWS_LAMBDA_LOG_FORMAT": "JSON", "AWS_LAMBDA_LOG_LEVEL": "WARN", "TESSERA_LOG_LEVEL": "debug"}, False),
+    ({"TESSERA_LOG_LEVEL": "warning"}, False),
+], ids=["json-info", "json-lambda-level-wins", "text-tessera-level"])
+def test_log_format_and_level(env, shown):
+    api, proc = _started(env)
+    try:
+        outcome = api.invoke(_embed(["a logged request"]), timeout=INIT_TIMEOUT)
+        assert _reply(outcome)[0] == 200
+        time.sleep(0.3)
+        lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    finally:
+        proc.stop()
+        api.__exit__()
+    if env.get("AWS_LAMBDA_LOG_FORMAT") == "JSON":
+        records = [json.loads(line) for line in lines]  # every line is one JSON record
+        init = [r for r in records if str(r.get("message", "")).startswith("init done in")]
+        if shown:
+            assert len(init) == 1 and init[0]["level"] == "INFO" and init[0]["logger"] == "tessera.lambda"
+            assert "timestamp" in init[0]
+            request_lines = [r for r in records if r.get("requestId") == outcome.request_id]
+            assert request_lines and request_lines[0]["message"] == "POST /v1/embeddings 200"
+        else:
+            assert not init and all(r["level"] not in ("INFO", "DEBUG") for r in records)
+    else:
+        assert not any("init done in" in line for line in lines)
+        assert not any(line.startswith(("[INFO]", "[DEBUG]")) for line in lines)
+
+
+def test_a_model_that_fails_to_load_fails_init(minilm_dir, packaged_int8_onnx, tmp_path):
+    models = [int8_spec(minilm_dir, packaged_int8_onnx),
+              {"path": str(tmp_path / "no-such-model"), "name": "missing", "backend": "onnx"}]
+    api, proc = _started({"TESSERA_MODELS": json.dumps(models)})
+    try:
+        assert api.wait_init_error(INIT_TIMEOUT), proc.stdout + proc.stderr
+        proc.proc.wait(30)
+        assert proc.proc.returncode == 1  # the client exits after reporting; Lambda starts a fresh init
+        assert api.next_calls == 0  # no invocation was ever asked for
+    finally:
+        proc.stop()
+        api.__exit__()
+    [error] = api.init_errors
+    assert error["errorType"] == "StartupFailed"
+    assert "missing" in error["errorMessage"] and MODEL not in error["errorMessage"].split(":")[0]
+    assert api.init_error_headers[0]["Lambda-Runtime-Function-Error-Type"] == "StartupFailed"
+
+
+def test_multi_concurrency_workers_share_the_cpus():
+    """AWS_LAMBDA_MAX_CONCURRENCY=2: the client forks two workers, each imports the handler and serves one
+    request at a time, with vCPUs // 2 threads."""
+    workers = 2
+    expected_threads = max(1, len(os.sched_getaffinity(0)) // workers)
+    api, proc = _started({"AWS_LAMBDA_MAX_CONCURRENCY": str(workers)})
+    try:
+        texts = [f"concurrent {i} " + "words to embed " * 10 for i in range(48)]
+        pending = [api.submit(_embed(texts), timeout_ms=300_000) for _ in range(6)]
+        outcomes = [api.wait(p, INIT_TIMEOUT) for p in pending]
+        assert [_reply(o)[0] for o in outcomes] == [200] * 6
+        children = proc.children()
+        child_files = {pid: mapped_files(pid) for pid in children}
+        init_lines = [line for line in proc.stdout.splitlines() if "init done in" in line]
+    finally:
+        proc.stop()
+        api.__exit__()
+    assert len(children) == workers
+    assert all(any("onnxruntime" in f for f in files) for files in child_files.values())  # a model per worker
+    assert len(init_lines) == workers
+    assert all(f"{expected_threads} threads, worker pid" in line and f"of {workers}" in line for line in init_lines)
+    assert len({line.split("worker pid ")[1].split()[0] for line in init_lines}) == workers
+    # two invocations in flight at once, never more
+    events = sorted([(o.handed_out_ms, 1) for o in outcomes] + [(o.posted_ms, -1) for o in outcomes],
+                    key=lambda e: (e[0], e[1]))
+    level = peak = 0
+    for _, step in events:
+        level += step
+        peak = max(peak, level)
+    assert peak == workers
+
