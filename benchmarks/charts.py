@@ -30,12 +30,8 @@ def charts(rows: list[dict], out_dir: Path, precision: str) -> list[Path]:
             ax.set_ylabel("embeddings/s")
             ax.grid(alpha=0.3)
             ax.legend()
-    fig.suptitle(f"Throughput, all-MiniLM-L6-v2 {precision}, 2-core CPU")
-    fig.tight_layout()
-    path = out_dir / f"throughput-{precision}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
+    written.append(_save(plt, fig, f"Throughput, all-MiniLM-L6-v2 {precision}, 2-core CPU",
+                         out_dir / f"throughput-{precision}.png"))
 
     fig, axes = plt.subplots(1, len(kinds), figsize=(4.2 * len(kinds), 3.6), squeeze=False)
     for j, kind in enumerate(kinds):
@@ -52,10 +48,13 @@ def charts(rows: list[dict], out_dir: Path, precision: str) -> list[Path]:
         ax.set_ylabel("latency ms (log)")
         ax.set_title(f"{kind} texts")
         ax.legend(fontsize=7)
-    fig.suptitle(f"Latency p50 / p99, {precision}")
+    written.append(_save(plt, fig, f"Latency p50 / p99, {precision}", out_dir / f"latency-{precision}.png"))
+    return written
+
+
+def _save(plt, fig, title: str, path: Path) -> Path:
+    fig.suptitle(title)
     fig.tight_layout()
-    path = out_dir / f"latency-{precision}.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    written.append(path)
-    return written
+    return path

@@ -308,20 +308,29 @@ def wait_for_endpoint(session, endpoint: str, out: TextIO, *, poll_s: float = 30
     from sagemaker.core.resources import Endpoint
 
     resource = Endpoint.get(endpoint_name=endpoint, session=session, region=session.region_name)
+    poll_resource(resource, f"endpoint {endpoint}", lambda r: r.endpoint_status, out, done=("InService",),
+                  failed=("Failed", "OutOfService", "Deleting"), poll_s=poll_s, timeout_s=timeout_s, sleep=sleep)
+
+
+def poll_resource(resource, what: str, status_of: Callable[[Any], object], out: TextIO, *, done, failed,
+                  poll_s: float, timeout_s: float, sleep: Callable[[float], None]) -> None:
+    """Until ``status_of(resource)`` is in ``done`` (return) or ``failed`` (DeployError with the resource's
+    failure reason): print each new status once, sleep ``poll_s``, ``resource.refresh()``; DeployError after
+    ``timeout_s``."""
     started = time.monotonic()
     last = None
     while True:
-        status = str(resource.endpoint_status)
+        status = str(status_of(resource))
         if status != last:
-            print(f"  endpoint {endpoint}: {status}", file=out)
+            print(f"  {what}: {status}", file=out)
             last = status
-        if status == "InService":
+        if status in done:
             return
-        if status in ("Failed", "OutOfService", "Deleting"):
+        if status in failed:
             reason = resource.failure_reason if isinstance(resource.failure_reason, str) else ""
-            raise DeployError(f"endpoint {endpoint}: {status} {reason}".rstrip())
+            raise DeployError(f"{what}: {status} {reason}".rstrip())
         if time.monotonic() - started > timeout_s:
-            raise DeployError(f"endpoint {endpoint}: still {status} after {timeout_s:.0f} s")
+            raise DeployError(f"{what}: still {status} after {timeout_s:.0f} s")
         sleep(poll_s)
         resource.refresh()
 
@@ -465,22 +474,8 @@ def wait_for_transform(job, out: TextIO, *, poll_s: float = 30.0, timeout_s: flo
                        sleep: Callable[[float], None] = time.sleep) -> None:
     """Poll the SDK resource (``refresh`` = describe_transform_job) until the job ends, printing each new
     status once (the SDK's own ``wait`` draws a live panel instead, and sleeps on its own clock)."""
-    started = time.monotonic()
-    last = None
-    while True:
-        status = str(job.transform_job_status)
-        if status != last:
-            print(f"  transform job {job.transform_job_name}: {status}", file=out)
-            last = status
-        if status in TRANSFORM_DONE:
-            return
-        if status in TRANSFORM_FAILED:
-            reason = job.failure_reason if isinstance(job.failure_reason, str) else ""
-            raise DeployError(f"transform job {job.transform_job_name}: {status} {reason}".rstrip())
-        if time.monotonic() - started > timeout_s:
-            raise DeployError(f"transform job {job.transform_job_name}: still {status} after {timeout_s:.0f} s")
-        sleep(poll_s)
-        job.refresh()
+    poll_resource(job, f"transform job {job.transform_job_name}", lambda j: j.transform_job_status, out,
+                  done=TRANSFORM_DONE, failed=TRANSFORM_FAILED, poll_s=poll_s, timeout_s=timeout_s, sleep=sleep)
 
 
 def run_transform(session, cfn, request: dict[str, Any], out: TextIO, *, stack_name: str | None,
