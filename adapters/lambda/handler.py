@@ -213,6 +213,8 @@ def least_response_bytes(event: Mapping[str, Any], registry: Registry, max_items
     task = engine.task
     if count is None or not isinstance(task, EmbedTask) or not task.dimension:
         return None
+    if count > settings.max_items_per_request:  # the app's own 413 (too many inputs) names the real limit
+        return None
     if (body.get("embedding_type") or engine.spec.embedding_dtype) != "float":
         return None
     dimension = task.dimension
