@@ -56,11 +56,14 @@ import orjson  # noqa: E402
 
 from core.api.app import create_app  # noqa: E402
 from core.api.lifecycle import StartBatchers  # noqa: E402
-from core.config import ModelSpec, Settings, default_model_path  # noqa: E402
+from pydantic import Field  # noqa: E402
+
+from core.config import ModelSpec, Settings, default_model_path, settings_from_env  # noqa: E402
 from core.engine import Registry  # noqa: E402
 from core.errors import InvalidInput, MissingDependency, TesseraError, TooLarge, require  # noqa: E402
 from core.logs import configure_logging  # noqa: E402
 from core.tasks.embed import EmbedTask  # noqa: E402
+from core.tracing import tracer_from_env  # noqa: E402
 
 log = logging.getLogger("tessera.lambda")
 
@@ -135,18 +138,28 @@ def onnx_only(spec: ModelSpec) -> ModelSpec:
     return spec.model_copy(update={"backend": "onnx", "workers": spec.workers or 1})
 
 
-def lambda_settings(environ: Mapping[str, str]) -> tuple[Settings, int]:
-    """Settings for Lambda from the environment, and the response size limit."""
+class LambdaSettings(Settings):
+    """The core settings plus the function's own (``TESSERA_`` variables like every other option)."""
+
+    lambda_max_response_bytes: int = Field(
+        default=RESPONSE_LIMIT_BYTES, gt=0, le=RESPONSE_LIMIT_BYTES,
+        description="answer 413 instead of a response over this size (Lambda refuses > 6 MB)")
+    lambda_deadline_margin_s: float = Field(
+        default=DEADLINE_MARGIN_S, ge=0,
+        description="kept back from each invocation's remaining time, to answer 504 before Lambda ends it")
+
+
+def lambda_settings(environ: Mapping[str, str]) -> LambdaSettings:
+    """The function's settings, built once from ``environ`` (the edge of this handler)."""
     overrides: dict[str, Any] = {}
     threads = threads_for(environ)
     if threads is not None:
         overrides["threads"] = threads
     if environ.get("AWS_LAMBDA_LOG_LEVEL"):  # the function's LoggingConfig (ApplicationLogLevel) wins
         overrides["log_level"] = environ["AWS_LAMBDA_LOG_LEVEL"]
-    settings = Settings(**overrides)
+    settings = settings_from_env(environ, LambdaSettings, **overrides)
     specs = [onnx_only(s) for s in settings.models or [default_spec()]]
-    limit = min(int(environ.get("TESSERA_LAMBDA_MAX_RESPONSE_BYTES", RESPONSE_LIMIT_BYTES)), RESPONSE_LIMIT_BYTES)
-    return settings.model_copy(update={"models": specs}), limit
+    return settings.model_copy(update={"models": specs})
 
 
 def too_large(response: dict[str, Any], size: int, limit: int) -> dict[str, Any]:
@@ -291,13 +304,14 @@ def with_deadline(event: dict[str, Any], remaining_ms: int, margin_s: float) -> 
 
 
 # --- init: once per execution environment ------------------------------------------------------
-settings, response_limit = lambda_settings(os.environ)
-deadline_margin_s = float(os.environ.get("TESSERA_LAMBDA_DEADLINE_MARGIN_S", DEADLINE_MARGIN_S))
+settings = lambda_settings(os.environ)
+response_limit = settings.lambda_max_response_bytes
 configure_logging(settings.log_level)
-registry = Registry.from_settings(settings)
+tracer = tracer_from_env(os.environ)
+registry = Registry.from_settings(settings, tracer=tracer)
 # no health check on Lambda: an environment that cannot serve fails init (StartupFailed → init error)
 registry.raise_if_unusable()
-app = create_app(settings, registry=registry)
+app = create_app(settings, registry=registry, tracer=tracer)
 _api_keys = [k.encode() for k in settings.all_api_keys()]
 _mangum = require("mangum", "lambda")
 asgi = _mangum.Mangum(StartBatchers(app, registry), lifespan="off")
@@ -315,7 +329,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         return refusal
     remaining = getattr(context, "get_remaining_time_in_millis", None)
     if remaining is not None:
-        event = with_deadline(event, remaining(), deadline_margin_s)
+        event = with_deadline(event, remaining(), settings.lambda_deadline_margin_s)
     asyncio.set_event_loop(loop)
     response = asgi(event, context)
     size = len(orjson.dumps(response))

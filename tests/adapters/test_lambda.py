@@ -68,14 +68,26 @@ def test_response_over_6mb_is_a_clear_413(lambda_module):
     assert small.status == 200 and len(small.json()["data"]) == 2000
 
 
+def test_function_settings_come_from_the_environment_given(lambda_module):
+    from core.config import ConfigError
+
+    settings = lambda_module.lambda_settings({"TESSERA_LAMBDA_MAX_RESPONSE_BYTES": "1000000",
+                                              "TESSERA_LAMBDA_DEADLINE_MARGIN_S": "2.5"})
+    assert (settings.lambda_max_response_bytes, settings.lambda_deadline_margin_s) == (1_000_000, 2.5)
+    # Lambda itself refuses more than 6 MB: a larger limit is a configuration error, named on one line
+    with pytest.raises(ConfigError, match="lambda_max_response_bytes"):
+        lambda_module.lambda_settings({"TESSERA_LAMBDA_MAX_RESPONSE_BYTES": str(7 * 1024 * 1024)})
+    with pytest.raises(ConfigError, match="lambda_deadline_margin_s"):
+        lambda_module.lambda_settings({"TESSERA_LAMBDA_DEADLINE_MARGIN_S": "soon"})
+
+
 def test_threads_follow_configured_memory(monkeypatch, lambda_module):
     assert lambda_module.settings.threads == 2  # the fixture's 3008 MB
     monkeypatch.delenv("TESSERA_THREADS", raising=False)
     for memory, vcpus in [(128, 1), (1769, 1), (1770, 2), (3008, 2), (5307, 3), (10240, 6)]:
-        settings, _ = lambda_module.lambda_settings({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(memory)})
+        settings = lambda_module.lambda_settings({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(memory)})
         assert settings.threads == vcpus, memory
-    monkeypatch.setenv("TESSERA_THREADS", "3")
-    settings, _ = lambda_module.lambda_settings({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "10240", "TESSERA_THREADS": "3"})
+    settings = lambda_module.lambda_settings({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "10240", "TESSERA_THREADS": "3"})
     assert settings.threads == 3
 
 
@@ -86,15 +98,13 @@ def test_configured_models_are_onnx_only(lambda_module, monkeypatch, minilm_dir)
     assert [s.workers for s in lambda_module.settings.models] == [1]
     assert [e.backend.lanes for e in lambda_module.registry.engines.values()] == [1]
 
-    monkeypatch.setenv("TESSERA_MODELS", json.dumps([{"path": str(minilm_dir), "name": "m"},
-                                                     {"path": str(minilm_dir), "name": "w", "workers": 2}]))
-    settings, _ = lambda_module.lambda_settings({})
+    settings = lambda_module.lambda_settings({"TESSERA_MODELS": json.dumps(
+        [{"path": str(minilm_dir), "name": "m"}, {"path": str(minilm_dir), "name": "w", "workers": 2}])})
     assert [s.backend for s in settings.models] == ["onnx", "onnx"]
     # one session per model unless asked (cold start and memory); an explicit workers is kept
     assert [s.workers for s in settings.models] == [1, 2]
-    monkeypatch.setenv("TESSERA_MODELS", json.dumps([{"path": str(minilm_dir), "backend": "torch"}]))
     with pytest.raises(InvalidInput, match="ONNX only"):
-        lambda_module.lambda_settings({})
+        lambda_module.lambda_settings({"TESSERA_MODELS": json.dumps([{"path": str(minilm_dir), "backend": "torch"}])})
 
 
 NO_TORCH = r"""
@@ -185,7 +195,7 @@ def test_threads_per_worker_in_multi_concurrency_mode(lambda_module):
     assert threads_for({"AWS_LAMBDA_MAX_CONCURRENCY": "1", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1769"}, cpus=4) == 4
     assert threads_for({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "3008"}, cpus=64) == 2
     assert threads_for({"AWS_LAMBDA_MAX_CONCURRENCY": "4", "TESSERA_THREADS": "3"}, cpus=8) is None
-    settings, _ = lambda_module.lambda_settings({"AWS_LAMBDA_MAX_CONCURRENCY": "2"})
+    settings = lambda_module.lambda_settings({"AWS_LAMBDA_MAX_CONCURRENCY": "2"})
     assert settings.threads == max(1, lambda_module.available_cpus() // 2)
 
 
