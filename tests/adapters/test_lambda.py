@@ -241,3 +241,18 @@ def test_deadline_header_from_the_remaining_time(lambda_module):
             "multiValueHeaders": {"Host": ["x"]}}
     assert lambda_module.with_deadline(rest, 10_000, 1.0)["multiValueHeaders"]["x-request-timeout"] == ["9.000"]
 
+
+
+def test_the_documented_one_line_invocation_runs_as_written():
+    """docs/adapters.md's local one-liner, run exactly as the page prints it, from the project root."""
+    import os
+    import re
+
+    root = ROOT
+    page = (root / "docs" / "adapters.md").read_text()
+    [command] = re.findall(r'`(\.venv/bin/python -c "import importlib\.util as u, json[^`]*)`', page)
+    command = command.replace(".venv/bin/python", sys.executable, 1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TESSERA_", "AWS_LAMBDA_"))}
+    done = subprocess.run(["bash", "-c", command], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "200", done.stdout[-2000:]

@@ -178,6 +178,12 @@ def test_log_format_and_level(env, shown):
             assert "timestamp" in init[0]
             request_lines = [r for r in records if r.get("requestId") == outcome.request_id]
             assert request_lines and request_lines[0]["message"] == "POST /v1/embeddings 200"
+            # the access line's fields ride along in Lambda's own JSON record (as its `extra` attributes)
+            [access] = [r for r in request_lines if r["logger"] == "tessera.access"]
+            fields = access["fields"]
+            assert fields["status"] == 200 and fields["route"] == "/v1/embeddings" and fields["inputs"] == 1
+            assert fields["tokens"] > 0 and fields["request_id"] and fields["duration_ms"] >= 0
+            assert "a logged request" not in json.dumps(records)  # never the input text
         else:
             assert not init and all(r["level"] not in ("INFO", "DEBUG") for r in records)
     else:
