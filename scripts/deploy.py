@@ -587,6 +587,11 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout, *, clients=Non
             problems = check_placeholder_env(pairs)
             if problems:
                 raise DeployError("; ".join(problems) + " (set real keys, or leave TESSERA_API_KEYS out)")
+            if env.get("TESSERA_API_KEYS") and not env.get("TESSERA_MODAL_SECRET"):  # as adapters/modal/app.py refuses
+                raise DeployError(
+                    "TESSERA_API_KEYS is set, but the Modal app never sends deploy-time keys (they would be stored "
+                    "in the app's definition): put them in a Modal Secret and name it, e.g. modal secret create "
+                    "tessera-keys TESSERA_API_KEYS='[\"sk-...\"]', then --env TESSERA_MODAL_SECRET=tessera-keys")
             shown = " ".join(f"{k}={'****' if k == 'TESSERA_API_KEYS' else repr(v)}"
                              for k, v in sorted(env.items()) if k.startswith("TESSERA_"))
             print(f"{shown} {' '.join(command)}".strip(), file=out)

@@ -237,7 +237,7 @@ def test_modal_runs_modal_deploy_with_the_env(deploy, tmp_path):
                     f"if k.startswith('TESSERA_')}}}}, open({str(record)!r}, 'w'))\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     environ = {"PATH": f"{fake.parent}:{os.environ['PATH']}", "TESSERA_MODAL_GPU": "A10G",
-               "TESSERA_API_KEYS": '["k"]'}
+               "TESSERA_API_KEYS": '["k"]', "TESSERA_MODAL_SECRET": "tessera-keys"}
     out = io.StringIO()
     code = deploy.main(["modal", "--env", "TESSERA_MODAL_MAX_CONTAINERS=8", "--env", "TESSERA_MODAL_GPU=L4"],
                        out=out, environ=environ)
@@ -245,9 +245,10 @@ def test_modal_runs_modal_deploy_with_the_env(deploy, tmp_path):
     seen = json.loads(record.read_text())
     assert seen["argv"] == ["deploy", "adapters/modal/app.py"]
     assert seen["cwd"] == str(ROOT)
-    assert seen["env"] == {"TESSERA_MODAL_GPU": "L4", "TESSERA_MODAL_MAX_CONTAINERS": "8", "TESSERA_API_KEYS": '["k"]'}
+    assert seen["env"] == {"TESSERA_MODAL_GPU": "L4", "TESSERA_MODAL_MAX_CONTAINERS": "8", "TESSERA_API_KEYS": '["k"]',
+                           "TESSERA_MODAL_SECRET": "tessera-keys"}
     assert out.getvalue().strip() == ("TESSERA_API_KEYS=**** TESSERA_MODAL_GPU='L4' TESSERA_MODAL_MAX_CONTAINERS='8' "
-                                      "modal deploy adapters/modal/app.py")
+                                      "TESSERA_MODAL_SECRET='tessera-keys' modal deploy adapters/modal/app.py")
 
 
 def test_modal_dry_run_and_missing_cli(deploy, tmp_path, capsys):
@@ -365,6 +366,10 @@ def test_modal_refuses_the_example_files_placeholder_key(deploy, tmp_path, capsy
     err = _refused(deploy, ["modal", "--env-file", str(example), "--env", 'TESSERA_API_KEYS=["change-me"]',
                             "--dry-run"], capsys)
     assert "TESSERA_API_KEYS: holds a placeholder ('change-me')" in err
+    # real keys but no Modal Secret to carry them: refused by the dry run too, as `modal deploy` would refuse
+    # (the example file names one: TESSERA_MODAL_SECRET=tessera-keys)
+    err = _refused(deploy, ["modal", "--env", 'TESSERA_API_KEYS=["k-9f2c1d"]', "--dry-run"], capsys)
+    assert "put them in a Modal Secret" in err and "TESSERA_MODAL_SECRET=tessera-keys" in err and "k-9f2c1d" not in err
     out = io.StringIO()
     assert deploy.main(["modal", "--env-file", str(example), "--env", 'TESSERA_API_KEYS=["k-9f2c1d"]', "--dry-run"],
                        out=out, environ={"PATH": str(tmp_path)}) == 0
