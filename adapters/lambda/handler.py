@@ -53,11 +53,10 @@ from typing import Any, Mapping
 _init_started = time.monotonic()  # init is timed from here: the imports below are part of it
 
 import orjson  # noqa: E402
+from pydantic import Field  # noqa: E402
 
 from core.api.app import create_app  # noqa: E402
 from core.api.lifecycle import StartBatchers  # noqa: E402
-from pydantic import Field  # noqa: E402
-
 from core.config import ModelSpec, Settings, default_model_path, settings_from_env  # noqa: E402
 from core.engine import Registry  # noqa: E402
 from core.errors import InvalidInput, MissingDependency, TesseraError, TooLarge, require  # noqa: E402
@@ -305,7 +304,6 @@ def with_deadline(event: dict[str, Any], remaining_ms: int, margin_s: float) -> 
 
 # --- init: once per execution environment ------------------------------------------------------
 settings = lambda_settings(os.environ)
-response_limit = settings.lambda_max_response_bytes
 configure_logging(settings.log_level)
 tracer = tracer_from_env(os.environ)
 registry = Registry.from_settings(settings, tracer=tracer)
@@ -324,7 +322,7 @@ log.info("init done in %.2fs: models %s, %d threads%s", time.monotonic() - _init
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    refusal = refused_early(event, registry, response_limit, _api_keys, settings.max_items_per_request)
+    refusal = refused_early(event, registry, settings.lambda_max_response_bytes, _api_keys, settings.max_items_per_request)
     if refusal is not None:
         return refusal
     remaining = getattr(context, "get_remaining_time_in_millis", None)
@@ -333,6 +331,6 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     asyncio.set_event_loop(loop)
     response = asgi(event, context)
     size = len(orjson.dumps(response))
-    if size > response_limit:
-        return too_large(response, size, response_limit)
+    if size > settings.lambda_max_response_bytes:
+        return too_large(response, size, settings.lambda_max_response_bytes)
     return response

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -56,7 +58,7 @@ def test_base64_request_body(lambda_module, make):
 
 
 def test_response_over_6mb_is_a_clear_413(lambda_module):
-    assert lambda_module.response_limit == 6 * 1024 * 1024
+    assert lambda_module.settings.lambda_max_response_bytes == 6 * 1024 * 1024
     texts = [f"item {i}" for i in range(2000)]  # 2000 × 384 floats as JSON text ≈ 9 MB
     reply = invoke(lambda_module, _embed_event(texts))
     assert reply.status == 413
@@ -81,9 +83,8 @@ def test_function_settings_come_from_the_environment_given(lambda_module):
         lambda_module.lambda_settings({"TESSERA_LAMBDA_DEADLINE_MARGIN_S": "soon"})
 
 
-def test_threads_follow_configured_memory(monkeypatch, lambda_module):
+def test_threads_follow_configured_memory(lambda_module):
     assert lambda_module.settings.threads == 2  # the fixture's 3008 MB
-    monkeypatch.delenv("TESSERA_THREADS", raising=False)
     for memory, vcpus in [(128, 1), (1769, 1), (1770, 2), (3008, 2), (5307, 3), (10240, 6)]:
         settings = lambda_module.lambda_settings({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(memory)})
         assert settings.threads == vcpus, memory
@@ -91,7 +92,7 @@ def test_threads_follow_configured_memory(monkeypatch, lambda_module):
     assert settings.threads == 3
 
 
-def test_configured_models_are_onnx_only(lambda_module, monkeypatch, minilm_dir):
+def test_configured_models_are_onnx_only(lambda_module, minilm_dir):
     from core.errors import InvalidInput
 
     # the embedded default too runs one session, though the fixture's 3008 MB gives 2 threads
@@ -222,9 +223,9 @@ def test_answer_that_cannot_fit_is_refused_before_inference(lambda_module, monke
     # the early check answers only requests the app would authorize (the app's 401 comes first)
     keys = [b"secret-key"]
     event = _embed_event(texts)
-    assert lambda_module.refused_early(event, lambda_module.registry, lambda_module.response_limit, keys) is None
+    assert lambda_module.refused_early(event, lambda_module.registry, lambda_module.settings.lambda_max_response_bytes, keys) is None
     event["headers"]["authorization"] = "Bearer secret-key"
-    assert lambda_module.refused_early(event, lambda_module.registry, lambda_module.response_limit, keys)["statusCode"] == 413
+    assert lambda_module.refused_early(event, lambda_module.registry, lambda_module.settings.lambda_max_response_bytes, keys)["statusCode"] == 413
 
 
 def test_deadline_header_from_the_remaining_time(lambda_module):
@@ -242,17 +243,12 @@ def test_deadline_header_from_the_remaining_time(lambda_module):
     assert lambda_module.with_deadline(rest, 10_000, 1.0)["multiValueHeaders"]["x-request-timeout"] == ["9.000"]
 
 
-
 def test_the_documented_one_line_invocation_runs_as_written():
     """docs/adapters.md's local one-liner, run exactly as the page prints it, from the project root."""
-    import os
-    import re
-
-    root = ROOT
-    page = (root / "docs" / "adapters.md").read_text()
+    page = (ROOT / "docs" / "adapters.md").read_text()
     [command] = re.findall(r'`(\.venv/bin/python -c "import importlib\.util as u, json[^`]*)`', page)
     command = command.replace(".venv/bin/python", sys.executable, 1)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TESSERA_", "AWS_LAMBDA_"))}
-    done = subprocess.run(["bash", "-c", command], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "200", done.stdout[-2000:]
