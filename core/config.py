@@ -27,6 +27,16 @@ CPU_BATCH_TOKENS = 512
 ACCELERATOR_BATCH_TOKENS = 16384
 
 
+class ChunkingDefault(BaseModel):
+    """A model's default for long texts (a spec's ``chunking``): windows of ``size`` tokens overlapping by
+    ``overlap``, one vector per text, for every text request that says nothing of long inputs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    size: int | None = Field(default=None, gt=0, description="tokens per window; default: the model's max length")
+    overlap: int = Field(default=0, ge=0, description="tokens shared by consecutive windows")
+
+
 class ModelSpec(BaseModel):
     """One served model. Later features add fields here, never a second way to configure."""
 
@@ -81,6 +91,10 @@ class ModelSpec(BaseModel):
     )
     embedding_dtype: Literal["float", "int8", "uint8", "binary", "ubinary"] = Field(
         default="float", description="default embedding_type of /v1/embeddings answers (Infinity's --embedding-dtype)"
+    )
+    chunking: ChunkingDefault | None = Field(
+        default=None, description="embed: long texts are embedded in windows by default ({size, overlap} in "
+        "tokens; a request's chunking overrides it, chunking: false turns it off; docs/text-tasks.md)",
     )
     compile: bool = Field(default=False, description="torch backend: run the model through torch.compile")
     providers: list[str] | None = Field(

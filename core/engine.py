@@ -22,6 +22,7 @@ from core.request_context import note_work
 from core.tasks import create_task, task_class
 from core.tracing import NO_TRACER, NoTracer, OtelTracer
 from core.tasks.base import Task
+from core.tasks.chunking import check_default as check_chunking_default
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ class Engine:
         if limit and info.max_length > limit:
             info = dataclasses.replace(info, max_length=limit)
         task = create_task(task_name, info, spec)
+        check_chunking_default(task, spec)
         backend.load(spec.path, head=task.head, device=spec.device, dtype=spec.dtype,
                      threads=spec.threads or settings.threads)
         engine = cls(spec, task, backend, settings=settings, metrics=metrics, model_sha=source.sha, tracer=tracer)

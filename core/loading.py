@@ -135,6 +135,12 @@ def num_labels(config: dict[str, Any]) -> int:
     return int(config.get("num_labels", 2))
 
 
+def labels_of(config: dict[str, Any]) -> list[str]:
+    """A sequence-classification config's labels by index (id2label; transformers' LABEL_i where missing)."""
+    id2label = config.get("id2label") or {}
+    return [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(num_labels(config))]
+
+
 def is_late_interaction(folder: Path) -> bool:
     """A ColBERT-style folder: PyLate / sentence-transformers layout whose config_sentence_transformers.json
     names a ColBERT model or carries query/document lengths (see docs/text-tasks.md)."""

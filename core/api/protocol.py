@@ -66,7 +66,9 @@ class EmbeddingRequest(_Request):
     input_type: str | None = Field(
         default=None, description="multi-vector models: 'query' or 'document' (default); Cohere's search_query/search_document too"
     )
-    chunking: Chunking | None = Field(default=None, description="embed long texts in windows (docs/text-tasks.md)")
+    chunking: Chunking | bool | None = Field(
+        default=None, description="embed long texts in windows (docs/text-tasks.md); true: the model's default "
+        "windows (or its max length), false: no chunking (a model's default turned off); default: the model's")
     late_chunking: bool | LateChunking | None = Field(
         default=None, description="one vector per chunk of one context (true: the inputs are the chunks)")
 

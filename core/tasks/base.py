@@ -51,6 +51,9 @@ class Task:
     #: True: the task honours ``truncation_direction="left"`` (keeps the end of an over-long text);
     #: the serving layer refuses "left" for the others
     truncates_left: ClassVar[bool] = False
+    #: True: the task embeds long texts in windows (a request's ``chunking``, a spec's default); the
+    #: others refuse both (core/tasks/chunking.py)
+    chunks: ClassVar[bool] = False
 
     async def fetch_inputs(self, request: Any) -> None:
         """Fetch what ``prepare`` needs from the network (only called when ``fetches_inputs``)."""
@@ -84,6 +87,10 @@ class Task:
     def describe(self) -> dict:
         """What ``/v1/models`` shows of the task."""
         return {"task": self.name}
+
+    def score_labels(self) -> list[str]:
+        """The labels of the task's scores, by index (TEI's ``/info`` id2label); none by default."""
+        return []
 
     def warmup_batches(self, batch_tokens: int, max_batch_size: int) -> list[Mapping[str, np.ndarray]]:
         """Backend inputs of one batch per shape class the batcher will form (run once at load, before

@@ -59,13 +59,16 @@ class LateWindow(Encoded):
     chunks: list[np.ndarray] | None = None
 
 
-def long_input_options(chunking: Any, late_chunking: Any) -> tuple[ChunkOptions | None, LateChunkOptions | None]:
+def long_input_options(chunking: Any, late_chunking: Any) -> tuple[ChunkOptions | bool | None, LateChunkOptions | None]:
     """The request's options (wire models or dicts with the same fields; ``late_chunking: true``: the inputs
     are the chunks) as the task's."""
     def fields(value) -> dict:
         return dict(value.model_dump() if hasattr(value, "model_dump") else value)
 
-    chunk = ChunkOptions(**fields(chunking)) if chunking is not None else None
+    if chunking is None or isinstance(chunking, bool):
+        chunk = chunking  # None: the model's default; True: on (the default's windows, or the max length); False: off
+    else:
+        chunk = ChunkOptions(**fields(chunking))
     if late_chunking is None or late_chunking is False:
         late = None
     elif late_chunking is True:
@@ -79,10 +82,42 @@ def long_input_options(chunking: Any, late_chunking: Any) -> tuple[ChunkOptions 
     return chunk, late
 
 
+def in_force(task, request) -> ChunkOptions | None:
+    """The windows a text embedding request is embedded in: its own ``chunking``, else the model's default
+    (the spec's ``chunking``) when the request could take it (text input, no prompt, no late chunking);
+    ``chunking: false`` turns the default off, ``true`` turns it on (the default's windows, or the model's
+    max length)."""
+    asked, default = request.chunking, task.spec.chunking
+    if asked is False:
+        return None
+    if asked is True:
+        return ChunkOptions(default.size, default.overlap) if default is not None else ChunkOptions()
+    if asked is not None:
+        return asked
+    if default is None or request.output != "dense" or request.texts is None or request.token_ids is not None \
+            or request.late_chunking is not None or request.prompt is not None or request.prompt_name is not None:
+        return None
+    return ChunkOptions(default.size, default.overlap)
+
+
+def check_default(task, spec) -> None:
+    """A spec's ``chunking`` default is refused at load where no request could be served with it: a task
+    that does not chunk, or a model with a default prompt (chunking does not combine with prompts)."""
+    if spec.chunking is None:
+        return
+    if not task.chunks:
+        raise InvalidInput(f"model {spec.served_name!r}: a chunking default is offered for text embedding models; "
+                           f"this model's task is {task.name!r}", param="chunking")
+    if spec.default_prompt_name or task.info.default_prompt_name:
+        raise InvalidInput(f"model {spec.served_name!r}: a chunking default does not combine with the model's "
+                           "default prompt (chunking does not combine with prompts)", param="chunking")
+
+
 def refuse_long_input_options(request, task_name: str) -> None:
-    """Tasks other than embed do not chunk: a request asking for it is refused, never served unchunked."""
+    """Tasks that do not chunk refuse a request asking for it, never serve it unchunked (``chunking:
+    false`` asks for nothing)."""
     for param in ("chunking", "late_chunking"):
-        if getattr(request, param, None) is not None:
+        if getattr(request, param, None) not in (None, False):
             raise InvalidInput(f"{param} is offered for single-vector text embedding models; this model's task is "
                                f"{task_name!r}", param=param)
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from core.config import ModelSpec
 from core.errors import InvalidInput
-from core.loading import ModelInfo, num_labels
+from core.loading import ModelInfo, labels_of
 from core.tasks.scoring import sigmoid, softmax
 from core.tasks.base import TextTask
 from core.tokenization import Encoded
@@ -30,12 +30,6 @@ class ClassifyResult:
     scores: np.ndarray  # float32 (n, num_labels), columns in label order
     labels: list[str]
     prompt_tokens: int
-
-
-def labels_of(config: dict) -> list[str]:
-    id2label = config.get("id2label") or {}
-    n = num_labels(config)
-    return [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(n)]
 
 
 class ClassifyTask(TextTask):
@@ -71,6 +65,9 @@ class ClassifyTask(TextTask):
         else:
             scores = softmax(logits)
         return ClassifyResult(scores, self.labels, sum(it.cost for it in items))
+
+    def score_labels(self) -> list[str]:
+        return self.labels
 
     def describe(self) -> dict:
         return {

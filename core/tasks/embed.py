@@ -10,6 +10,7 @@ import numpy as np
 from core.config import ModelSpec
 from core.errors import InvalidInput, TooLarge
 from core.loading import ModelInfo, read_embed_pipeline
+from core.tasks import chunking
 from core.tasks.base import INLINE_PREPARE_CHARS, TextTask
 from core.tasks.dense import DenseLayer
 from core.tasks.prompts import resolve_prompt
@@ -35,7 +36,7 @@ class EmbedRequest:
     #: which end an over-long text loses: "right" (keep the start) or "left" (keep the end)
     truncation_direction: str = "right"
     #: long inputs (core/tasks/chunking.py): windows pooled into one vector per text, or one vector per chunk
-    chunking: Any = None  # ChunkOptions
+    chunking: Any = None  # ChunkOptions; None: the model's default; True/False: default windows on/off
     late_chunking: Any = None  # LateChunkOptions
 
 
@@ -98,6 +99,7 @@ class EmbedTask(TextTask):
     capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings", "tokenize", "embed_all"})
     modalities: ClassVar[tuple[str, ...]] = ("text",)
     truncates_left: ClassVar[bool] = True
+    chunks: ClassVar[bool] = True
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
         super().__init__(info, spec)
@@ -140,9 +142,8 @@ class EmbedTask(TextTask):
                 f"dimensions={request.dimensions} exceeds the model's dimension {self.dimension}",
                 param="dimensions",
             )
+        request.chunking = chunking.in_force(self, request)  # the request's windows, or the model's default
         if request.chunking is not None or request.late_chunking is not None:
-            from core.tasks import chunking
-
             if request.late_chunking is not None:
                 return chunking.prepare_late(self, request)
             return chunking.prepare_chunked(self, request)
@@ -214,16 +215,12 @@ class EmbedTask(TextTask):
         if request.output == "tokens":
             return EmbedResult(list(results), sum(it.cost for it in items))
         if request.late_chunking is not None:
-            from core.tasks.chunking import finish_late
-
-            results = list(finish_late(self, items, results))
+            results = list(chunking.finish_late(self, items, results))
         vectors = np.stack(results) if results else np.zeros((0, self.dimension or 0), np.float32)
         vectors = self.shape(vectors, request)
         if request.chunking is not None:  # windows → one vector per text
-            from core.tasks.chunking import finish_chunked
-
             normalize = self.pipeline.normalize if request.normalize is None else request.normalize
-            vectors = finish_chunked(request, items, vectors, normalize)
+            vectors = chunking.finish_chunked(request, items, vectors, normalize)
         return EmbedResult(vectors, sum(it.cost for it in items))
 
     def shape(self, vectors: np.ndarray, request: EmbedRequest) -> np.ndarray:

@@ -210,6 +210,10 @@ class LlmRerankTask(TextTask):
         scores = log_odds.astype(np.float32) if request.raw_scores else sigmoid(log_odds)
         return ScoreResult(scores, sum(it.cost for it in items))
 
+    def score_labels(self) -> list[str]:
+        """The score is the probability of the "yes" token (the causal LM's config carries no labels of its own)."""
+        return [self._tok.id_to_token(int(self.true_id)) or "yes"]
+
     def describe(self) -> dict:
         return {
             "task": self.name,

@@ -32,7 +32,7 @@ from core.tasks.late_interaction import ScoreRequest
 from core.tasks.prompts import resolve_prompt
 from core.tasks.scoring import ScoreResult
 from core.tasks.sparse import SparseResult, SparseVector
-from core.tasks.chunking import refuse_long_input_options
+from core.tasks import chunking
 
 def load_linear(folder: Path, name: str) -> tuple[np.ndarray, np.ndarray | None]:
     """``name``.safetensors or ``name``.pt (a torch ``nn.Linear`` state dict): (weight (out, in), bias)."""
@@ -61,6 +61,7 @@ class M3Item:
     ids: np.ndarray
     type_ids: np.ndarray
     want: str  # dense | sparse | colbert
+    text: int = 0  # a chunked text's index (its windows are pooled into one vector in ``finish``)
 
     @property
     def cost(self) -> int:
@@ -78,6 +79,7 @@ class MultiOutputTask(TextTask):
     name: ClassVar[str] = "multi_output"
     head: ClassVar[str] = "encoder"
     capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings", "embeddings_sparse", "score", "tokenize"})
+    chunks: ClassVar[bool] = True  # the dense output: windows of a long text pooled into one vector
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
         super().__init__(info, spec)
@@ -102,15 +104,23 @@ class MultiOutputTask(TextTask):
 
     # worker thread
     def prepare(self, request: EmbedRequest | ScoreRequest) -> list[M3Item]:
-        refuse_long_input_options(request, self.name)
         if isinstance(request, ScoreRequest):
             if not request.documents:
                 raise InvalidInput("'documents' must not be empty", param="documents")
             return self._encode([request.query, *request.documents], request.truncate, "colbert")
+        if request.late_chunking not in (None, False):
+            raise InvalidInput("late_chunking is offered for single-vector text embedding models; this model's "
+                               f"task is {self.name!r} (it offers chunking: one dense vector per text)",
+                               param="late_chunking")
         want = "sparse" if request.output == "sparse" else "dense"
         if request.dimensions is not None and request.dimensions > self.dimension:
             raise InvalidInput(f"dimensions={request.dimensions} exceeds the model's dimension {self.dimension}",
                                param="dimensions")
+        request.chunking = chunking.in_force(self, request)
+        if request.chunking is not None:
+            if want != "dense":
+                raise InvalidInput("chunking applies to the dense output", param="chunking")
+            return [M3Item(w.ids, w.type_ids, want, text=w.text) for w in chunking.prepare_chunked(self, request)]
         if request.token_ids is not None:
             return [M3Item(e.ids, e.type_ids, want)
                     for e in self.tokenizer.from_ids(request.token_ids, truncate=request.truncate)]
@@ -156,7 +166,11 @@ class MultiOutputTask(TextTask):
         if items and items[0].want == "sparse":
             return SparseResult([r.sparse for r in results], tokens)
         vectors = np.stack([r.dense for r in results]) if results else np.zeros((0, self.dimension), np.float32)
-        return EmbedResult(self.shape(vectors, request), tokens)
+        vectors = self.shape(vectors, request)
+        if request.chunking is not None:  # windows → one vector per text
+            normalize = self.pipeline.normalize if request.normalize is None else request.normalize
+            vectors = chunking.finish_chunked(request, items, vectors, normalize)
+        return EmbedResult(vectors, tokens)
 
     def shape(self, vectors: np.ndarray, request: EmbedRequest) -> np.ndarray:
         normalize = self.pipeline.normalize if request.normalize is None else request.normalize

@@ -11,7 +11,7 @@ import numpy as np
 
 from core.config import ModelSpec
 from core.errors import InvalidInput
-from core.loading import ModelInfo, num_labels
+from core.loading import ModelInfo, labels_of, num_labels
 from core.tasks.scoring import ScoreResult, cross_encoder_activation, sigmoid
 from core.tasks.base import TextTask
 from core.tokenization import Encoded
@@ -62,6 +62,9 @@ class RerankTask(TextTask):
         logits = np.asarray(results, dtype=np.float32)
         scores = logits if request.raw_scores or self.activation == "identity" else sigmoid(logits)
         return ScoreResult(scores, sum(it.cost for it in items))
+
+    def score_labels(self) -> list[str]:
+        return labels_of(self.info.config)  # the one label of the cross-encoder's head
 
     def describe(self) -> dict:
         return {

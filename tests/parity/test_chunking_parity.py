@@ -49,7 +49,7 @@ def engines(minilm_dir, minilm_onnx_dir):
     made = {}
 
     def get(backend: str, **spec) -> Engine:
-        key = (backend, tuple(sorted(spec.items())))
+        key = (backend, repr(sorted(spec.items())))
         if key not in made:
             path = minilm_dir if backend == "torch" else minilm_onnx_dir
             made[key] = Engine.load(ModelSpec(path=path, backend=backend, **spec), SETTINGS)
@@ -249,3 +249,79 @@ def test_openai_route(minilm_dir, hf):
         assert r.status_code == 422 and set(r.json()["error"]) == {"message", "type", "param", "code"}
         r = client.post("/v1/embeddings", json={"model": "minilm", "input": "ab", "late_chunking": {"spans": [[0, 7]]}})
         assert r.status_code == 400 and "span" in r.json()["error"]["message"]
+
+
+# --- a model's default (the spec's chunking) ------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["torch", "onnx"])
+def test_spec_default_parity_and_opt_out(engines, hf, backend):
+    """A spec's chunking applies to requests that say nothing of long inputs; ``chunking=False`` turns it
+    off (the truncated embedding), ``True`` asks for the default's windows."""
+    engine = engines(backend, chunking={"size": 64, "overlap": 16})
+    texts = [LONG, PARAGRAPHS[0]]
+    refs = [reference_chunked(hf, t, 64, 16) for t in texts]
+    result = engine.run_sync(EmbedRequest(texts=texts))
+    diff = float(np.abs(result.vectors - np.stack([r[0] for r in refs])).max())
+    _record("chunking (spec default)", backend, diff)
+    assert diff <= TOL and result.prompt_tokens == sum(r[1] for r in refs)
+    np.testing.assert_allclose(engine.run_sync(EmbedRequest(texts=texts, chunking=True)).vectors, result.vectors,
+                               atol=1e-6)
+    plain = engines(backend).run_sync(EmbedRequest(texts=texts))
+    off = engine.run_sync(EmbedRequest(texts=texts, chunking=False))
+    np.testing.assert_allclose(off.vectors, plain.vectors, atol=1e-6)
+    assert off.prompt_tokens == plain.prompt_tokens < result.prompt_tokens
+    # a request's own windows win over the default
+    own = engine.run_sync(EmbedRequest(texts=[LONG], chunking=ChunkOptions(32, 0))).vectors[0]
+    np.testing.assert_allclose(own, reference_chunked(hf, LONG, 32, 0)[0], atol=TOL)
+
+
+def test_chunking_true_without_a_default_is_the_max_length(engines, hf):
+    engine = engines("torch")
+    got = engine.run_sync(EmbedRequest(texts=[LONG], chunking=True)).vectors[0]
+    np.testing.assert_allclose(got, reference_chunked(hf, LONG, engine.task.info.max_length, 0)[0], atol=TOL)
+
+
+def test_spec_default_leaves_token_ids_and_prompts_as_they_are(engines):
+    """Requests the default cannot apply to (token ids, a prompt, late chunking) are served as without it."""
+    engine, plain = engines("torch", chunking={"size": 64, "overlap": 0}), engines("torch")
+    for request in (dict(token_ids=[[101, 7592, 2088, 102]]), dict(texts=[LONG], prompt="query: "),
+                    dict(texts=PARAGRAPHS, late_chunking=LateChunkOptions())):
+        np.testing.assert_allclose(engine.run_sync(EmbedRequest(**request)).vectors,
+                                   plain.run_sync(EmbedRequest(**request)).vectors, atol=1e-6)
+
+
+def test_a_default_no_request_could_use_is_refused_at_load(minilm_dir, splade_dir):
+    with pytest.raises(InvalidInput, match="chunking default .* task is 'sparse'"):
+        Engine.load(ModelSpec(path=splade_dir, chunking={"size": 64}), SETTINGS, warm_up=False)
+    with pytest.raises(InvalidInput, match="default prompt"):
+        Engine.load(ModelSpec(path=minilm_dir, prompts={"query": "query: "}, default_prompt_name="query",
+                              chunking={"size": 64}), SETTINGS, warm_up=False)
+    with pytest.raises(ValueError, match="overlap"):
+        ModelSpec(path=minilm_dir, chunking={"size": 64, "overlap": -1})
+
+
+def test_spec_default_over_http(minilm_dir, hf):
+    """TESSERA_MODELS carries the default; the OpenAI route takes chunking true/false."""
+    from fastapi.testclient import TestClient
+
+    from core.api.app import create_app
+    from core.config import settings_from_env
+
+    models = f'[{{"path": "{minilm_dir}", "name": "long", "chunking": {{"size": 64, "overlap": 16}}}}]'
+    settings = settings_from_env({"TESSERA_MODELS": models, "TESSERA_THREADS": "2"}, Settings)
+    ref, tokens = reference_chunked(hf, LONG, 64, 16)
+    with TestClient(create_app(settings)) as client:
+        r = client.post("/v1/embeddings", json={"model": "long", "input": [LONG]})
+        assert r.status_code == 200, r.text
+        np.testing.assert_allclose(r.json()["data"][0]["embedding"], ref, atol=TOL)
+        assert r.json()["usage"]["prompt_tokens"] == tokens
+        r = client.post("/v1/embeddings", json={"model": "long", "input": [LONG], "chunking": False})
+        assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == engine_max(minilm_dir)
+        r = client.post("/v1/embeddings", json={"model": "long", "input": [LONG], "chunking": True})
+        np.testing.assert_allclose(r.json()["data"][0]["embedding"], ref, atol=TOL)
+
+
+def engine_max(folder) -> int:
+    from core.loading import read_model_info
+
+    return read_model_info(folder).max_length

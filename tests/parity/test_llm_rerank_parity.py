@@ -300,3 +300,6 @@ def test_every_rerank_route(llm_reranker_dirs):
         info = client.get("/v1/models").json()
         entry = next(m for m in info["data"] if m["id"] == "qwen-rr")
         assert entry["task"] == "rerank" and entry["layout"] == "causal-lm" and entry["instruction"] == CARD_INSTRUCTION
+        # TEI's /info: the score's one label is the "yes" token (not the causal LM config's placeholder labels)
+        assert client.get("/info", params={"model": "qwen-rr"}).json()["model_type"] == {
+            "reranker": {"id2label": {"0": "yes"}, "label2id": {"yes": 0}}}

@@ -12,7 +12,9 @@ import pytest
 
 from core.config import ModelSpec, Settings
 from core.engine import Engine
+from core.errors import InvalidInput
 from core.loading import detect_task, read_model_info
+from core.tasks.chunking import ChunkOptions, LateChunkOptions
 from core.tasks.embed import EmbedRequest
 from core.tasks.late_interaction import ScoreRequest
 from tests.support import text_models
@@ -169,3 +171,53 @@ def test_mixed_requests_share_batches_and_equal_single_runs(m3_dirs, sentences, 
             np.testing.assert_allclose(batched.vectors[0].values, single.vectors[0].values, atol=2e-5)
         else:
             np.testing.assert_allclose(batched.vectors, single.vectors, atol=2e-5)
+
+
+# --- long inputs: the dense output in windows ---------------------------------------------------------
+
+def m3_reference_chunked(folder: Path, text: str, size: int, overlap: int) -> tuple[np.ndarray, int]:
+    """The tokenizer's own overflowing windows (stride = overlap), each BGE-M3's dense vector
+    (normalize(h[CLS])), averaged weighted by their token counts, re-normalized; and the tokens embedded."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tok, model = AutoTokenizer.from_pretrained(str(folder)), AutoModel.from_pretrained(str(folder)).eval()
+    enc = tok(text, truncation=True, max_length=size, stride=overlap, return_overflowing_tokens=True,
+              padding=True, return_tensors="pt")
+    enc.pop("overflow_to_sample_mapping")
+    with torch.no_grad():
+        cls = torch.nn.functional.normalize(model(**enc).last_hidden_state[:, 0], dim=-1).numpy()
+    weights = enc["attention_mask"].sum(1).numpy().astype(np.float64)
+    pooled = (cls * weights[:, None]).sum(0) / weights.sum()
+    return (pooled / np.linalg.norm(pooled)).astype(np.float32), int(weights.sum())
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_chunking_the_dense_output(m3_dirs, sentences, backend):
+    """A request's chunking and a spec's default both pool the windows' dense vectors into one per text."""
+    folder = m3_dirs(backend)
+    long_text = " ".join(sentences[:30])
+    ref, tokens = m3_reference_chunked(m3_dirs("torch"), long_text, 48, 8)
+    assert tokens > 128  # past the model's max length: several windows
+    engine = Engine.load(ModelSpec(path=folder, backend=backend), SETTINGS)
+    asked = engine.run_sync(EmbedRequest(texts=[long_text], chunking=ChunkOptions(48, 8)))
+    by_default = Engine.load(ModelSpec(path=folder, backend=backend, chunking={"size": 48, "overlap": 8}),
+                             SETTINGS).run_sync(EmbedRequest(texts=[long_text]))
+    for result in (asked, by_default):
+        diff = float(np.abs(result.vectors[0] - ref).max())
+        assert diff <= 1e-5 and result.prompt_tokens == tokens, diff
+    truncated = engine.run_sync(EmbedRequest(texts=[long_text])).vectors[0]
+    assert np.abs(truncated - ref).max() > 1e-3
+    print(f"\n[parity] bge-m3 chunked dense {backend}: {diff:.2e}")
+
+
+def test_chunking_default_leaves_sparse_and_score_alone(m3_dirs, m3_reference, sentences):
+    engine = Engine.load(ModelSpec(path=m3_dirs("torch"), chunking={"size": 48}), SETTINGS)
+    sparse = engine.run_sync(EmbedRequest(texts=sentences[:3], output="sparse")).vectors
+    assert [v.indices.tolist() for v in sparse] == [sorted(m3_reference[t][1]) for t in sentences[:3]]
+    scores = engine.run_sync(ScoreRequest(query=QUERY, documents=sentences[:3])).scores
+    q = m3_reference[QUERY][2]
+    np.testing.assert_allclose(scores, [(q @ m3_reference[d][2].T).max(axis=1).mean() for d in sentences[:3]],
+                               atol=1e-5)
+    with pytest.raises(InvalidInput, match="late_chunking"):
+        engine.run_sync(EmbedRequest(texts=sentences[:3], late_chunking=LateChunkOptions()))

@@ -10,7 +10,6 @@ from core.api.serving.inputs import check_prompt, not_empty, text_list
 from core.config import Settings
 from core.engine import Engine, Registry
 from core.errors import NotReady, Timeout
-from core.tasks.classify import labels_of
 from core.tasks.prompts import resolve_prompt
 
 
@@ -76,7 +75,7 @@ def decode(engine: Engine, ids: list[int] | list[list[int]], *, skip_special_tok
 def tei_model_type(engine: Engine) -> dict:
     task = engine.task
     if task.name in ("rerank", "classify"):
-        labels = labels_of(task.info.config)
+        labels = task.score_labels()
         kind = "reranker" if task.name == "rerank" else "classifier"
         return {kind: {"id2label": {str(i): lab for i, lab in enumerate(labels)},
                        "label2id": {lab: i for i, lab in enumerate(labels)}}}
