@@ -56,8 +56,8 @@ def parse_model_spec(value: str) -> dict:
 
     Items are ``key=value`` separated by commas; an item holding a comma is quoted as a whole
     (``"prompt=query, then: "``). ``prompt=TEXT`` sets the prompt used when a request names none
-    (``prompts.default`` and ``default_prompt_name``); ``prompt.NAME=TEXT`` adds a named prompt; list
-    fields take ``;``-separated items. Types and unknown keys are checked with the other settings."""
+    (``prompts.default`` and ``default_prompt_name``); ``prompt.NAME=TEXT`` adds a named prompt;
+    ``chunking.size=N,chunking.overlap=K`` sets the chunking default; list fields take ``;``-separated items. Types and unknown keys are checked with the other settings."""
     spec: dict = {}
     for item in next(csv.reader([value], skipinitialspace=True)):
         if not item.strip():
@@ -71,6 +71,8 @@ def parse_model_spec(value: str) -> dict:
             spec.setdefault("default_prompt_name", "default")
         elif key.startswith("prompt."):
             spec.setdefault("prompts", {})[key[len("prompt."):]] = text
+        elif key.startswith("chunking."):  # chunking.size=512,chunking.overlap=64: the model's chunking default
+            spec.setdefault("chunking", {})[key[len("chunking."):]] = text
         elif key in _LIST_FIELDS:
             spec[key] = [part.strip() for part in text.split(";") if part.strip()]
         elif key in spec:

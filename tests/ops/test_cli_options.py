@@ -33,6 +33,13 @@ def test_specs_become_typed_model_settings(tmp_path):
     assert (j.name, j.pooling, j.backend) == ("j", "cls", "torch")
 
 
+def test_a_chunking_default_in_one_line(tmp_path):
+    (spec,) = settings("--model", f"path={tmp_path},name=long,chunking.size=128,chunking.overlap=16").models
+    assert (spec.chunking.size, spec.chunking.overlap) == (128, 16)
+    with pytest.raises(ConfigError, match=r"chunking\.overlap"):
+        settings("--model", f"path={tmp_path},chunking.overlap=-3")
+
+
 def test_bad_specs_are_one_clear_line(tmp_path):
     with pytest.raises(ConfigError, match=r"models\[0\]\.bakend: unknown option \(did you mean 'backend'\?\)"):
         settings("--model", f"path={tmp_path},bakend=onnx")
