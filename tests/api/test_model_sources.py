@@ -93,6 +93,25 @@ def test_a_revision_pin_serves_that_commit(offline, mini_repo, local_vectors, pi
     assert np.abs(got / norms[:, None] - local_vectors).max() <= 1e-5
 
 
+@pytest.mark.parametrize("backend", ["onnx", "ct2"])
+def test_a_hub_id_of_a_converted_repo_serves_with_that_backend(tmp_path, monkeypatch, request, local_vectors,
+                                                               backend):
+    """A repository that carries an ONNX graph (onnx/model.onnx, as many Hub repos do) or a CTranslate2
+    model, served by its Hub id: the same vectors as the local folder on torch."""
+    from huggingface_hub import constants
+
+    folder = request.getfixturevalue("minilm_onnx_dir" if backend == "onnx" else "minilm_ct2_dir")
+    cache = tmp_path / "hub"
+    write_cache(cache, "acme/mini-converted", Repo.build({"main": folder_files(folder)}))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    engine = Engine.load(ModelSpec(path="acme/mini-converted", backend=backend), SETTINGS)
+    assert engine.backend.name == backend and engine.name == "acme/mini-converted"
+    diff = float(np.abs(_vectors(engine) - local_vectors).max())
+    print(f"\n[parity] hub id {backend}: max abs diff {diff:.2e}")
+    assert diff <= 1e-5
+
+
 @pytest.mark.parametrize("revision", [None, "v9"])
 def test_offline_and_not_cached_names_the_id_and_the_download_command(offline, revision):
     path = "acme/absent" if revision is None else "acme/mini"

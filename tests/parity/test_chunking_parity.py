@@ -45,13 +45,14 @@ def hf(minilm_dir):
 
 
 @pytest.fixture(scope="module")
-def engines(minilm_dir, minilm_onnx_dir):
+def engines(minilm_dir, minilm_onnx_dir, request):
     made = {}
 
     def get(backend: str, **spec) -> Engine:
         key = (backend, repr(sorted(spec.items())))
         if key not in made:
-            path = minilm_dir if backend == "torch" else minilm_onnx_dir
+            path = {"torch": minilm_dir, "onnx": minilm_onnx_dir}.get(backend) \
+                or request.getfixturevalue("minilm_ct2_dir")
             made[key] = Engine.load(ModelSpec(path=path, backend=backend, **spec), SETTINGS)
         return made[key]
 
@@ -118,7 +119,7 @@ def _record(kind: str, backend: str, diff: float) -> None:
 
 
 @pytest.mark.parametrize("size, overlap", [(None, 0), (64, 16), (32, 0)])
-@pytest.mark.parametrize("backend", ["torch", "onnx"])
+@pytest.mark.parametrize("backend", ["torch", "onnx", "ct2"])
 def test_chunking_parity(engines, hf, backend, size, overlap):
     engine = engines(backend)
     texts = [LONG, PARAGRAPHS[0]]
@@ -146,7 +147,7 @@ def test_chunking_differs_from_truncation(engines):
     assert np.abs(truncated - chunked).max() > 100 * TOL
 
 
-@pytest.mark.parametrize("backend", ["torch", "onnx"])
+@pytest.mark.parametrize("backend", ["torch", "onnx", "ct2"])
 def test_late_chunking_spans_parity(engines, hf, backend):
     engine = engines(backend)
     text = " ".join(PARAGRAPHS)
@@ -168,7 +169,7 @@ def test_late_chunking_spans_parity(engines, hf, backend):
 
 
 @pytest.mark.parametrize("overlap", [0, 32])
-@pytest.mark.parametrize("backend", ["torch", "onnx"])
+@pytest.mark.parametrize("backend", ["torch", "onnx", "ct2"])
 def test_late_chunking_past_the_max_length(engines, hf, backend, overlap):
     engine = engines(backend, max_length=128)
     chunks = PARAGRAPHS * 4
@@ -253,7 +254,7 @@ def test_openai_route(minilm_dir, hf):
 
 # --- a model's default (the spec's chunking) ------------------------------------------------------------
 
-@pytest.mark.parametrize("backend", ["torch", "onnx"])
+@pytest.mark.parametrize("backend", ["torch", "onnx", "ct2"])
 def test_spec_default_parity_and_opt_out(engines, hf, backend):
     """A spec's chunking applies to requests that say nothing of long inputs; ``chunking=False`` turns it
     off (the truncated embedding), ``True`` asks for the default's windows."""
