@@ -20,6 +20,7 @@ from core.engine import Engine
 from core.errors import InvalidInput
 from core.tasks.chunking import ChunkOptions, LateChunkOptions
 from core.tasks.embed import EmbedRequest
+from tests.support import chunk_reference
 
 SETTINGS = Settings(threads=2)
 TOL = 1e-5
@@ -59,39 +60,18 @@ def engines(minilm_dir, minilm_onnx_dir, request):
     return get
 
 
-def _normalize(x):
-    return x / np.linalg.norm(x, axis=-1, keepdims=True)
-
-
 def reference_chunked(hf, text: str, size: int, overlap: int) -> tuple[np.ndarray, int]:
-    import torch
-
-    tok, model = hf
-    enc = tok(text, truncation=True, max_length=size, stride=overlap, return_overflowing_tokens=True,
-              padding=True, return_tensors="pt")
-    enc.pop("overflow_to_sample_mapping")
-    with torch.no_grad():
-        hidden = model(**enc).last_hidden_state.numpy()
-    mask = enc["attention_mask"].numpy()[:, :, None].astype(np.float32)
-    windows = _normalize((hidden * mask).sum(1) / mask.sum(1))
-    weights = mask.sum((1, 2))
-    return _normalize((windows * weights[:, None]).sum(0) / weights.sum()), int(weights.sum())
+    return chunk_reference.chunked(*hf, text, size, overlap, chunk_reference.mean_pool)
 
 
 def reference_token_vectors(hf, text: str, max_length: int, overlap: int = 0):
     """Each context token's vector (special tokens dropped), from windows of ``max_length`` when longer; a
     token held by two windows takes the first one's vector. Returns (vectors, character offsets)."""
-    import torch
-
     tok, model = hf
     plain = tok(text, add_special_tokens=False, return_offsets_mapping=True)
-    enc = tok(text, truncation=True, max_length=max_length, stride=overlap, return_overflowing_tokens=True,
-              padding=True, return_tensors="pt", return_special_tokens_mask=True)
-    enc.pop("overflow_to_sample_mapping")
-    special = enc.pop("special_tokens_mask").numpy()
-    with torch.no_grad():
-        hidden = model(**enc).last_hidden_state.numpy()
-    mask = enc["attention_mask"].numpy()
+    hidden, enc = chunk_reference.window_states(tok, model, text, max_length, overlap,
+                                                return_special_tokens_mask=True)
+    special, mask = enc["special_tokens_mask"].numpy(), enc["attention_mask"].numpy()
     rows = []
     for k in range(hidden.shape[0]):
         real = hidden[k][(mask[k] == 1) & (special[k] == 0)]
@@ -107,7 +87,7 @@ def reference_late(hf, text: str, spans, max_length: int, overlap: int = 0) -> n
     for start, end in spans:
         inside = (offsets[:, 0] < end) & (offsets[:, 1] > start)
         out.append(vectors[inside].mean(0))
-    return _normalize(np.stack(out))
+    return chunk_reference.normalize(np.stack(out))
 
 
 WORST: dict[str, float] = {}

@@ -17,7 +17,7 @@ from core.loading import detect_task, read_model_info
 from core.tasks.chunking import ChunkOptions, LateChunkOptions
 from core.tasks.embed import EmbedRequest
 from core.tasks.late_interaction import ScoreRequest
-from tests.support import text_models
+from tests.support import chunk_reference, text_models
 from tests.support.cache import cached_build
 
 SETTINGS = Settings(threads=2)
@@ -176,20 +176,12 @@ def test_mixed_requests_share_batches_and_equal_single_runs(m3_dirs, sentences, 
 # --- long inputs: the dense output in windows ---------------------------------------------------------
 
 def m3_reference_chunked(folder: Path, text: str, size: int, overlap: int) -> tuple[np.ndarray, int]:
-    """The tokenizer's own overflowing windows (stride = overlap), each BGE-M3's dense vector
-    (normalize(h[CLS])), averaged weighted by their token counts, re-normalized; and the tokens embedded."""
-    import torch
+    """BGE-M3's dense vector (normalize(h[CLS])) of each overflowing window, the token-weighted mean,
+    re-normalized; and the tokens embedded."""
     from transformers import AutoModel, AutoTokenizer
 
     tok, model = AutoTokenizer.from_pretrained(str(folder)), AutoModel.from_pretrained(str(folder)).eval()
-    enc = tok(text, truncation=True, max_length=size, stride=overlap, return_overflowing_tokens=True,
-              padding=True, return_tensors="pt")
-    enc.pop("overflow_to_sample_mapping")
-    with torch.no_grad():
-        cls = torch.nn.functional.normalize(model(**enc).last_hidden_state[:, 0], dim=-1).numpy()
-    weights = enc["attention_mask"].sum(1).numpy().astype(np.float64)
-    pooled = (cls * weights[:, None]).sum(0) / weights.sum()
-    return (pooled / np.linalg.norm(pooled)).astype(np.float32), int(weights.sum())
+    return chunk_reference.chunked(tok, model, text, size, overlap, chunk_reference.cls_pool)
 
 
 @pytest.mark.parametrize("backend", list(BACKENDS))
