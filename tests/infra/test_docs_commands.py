@@ -2,7 +2,7 @@
 line what it needs that a checkout does not have (``# needs ...``: an AWS or Modal account, Docker), or runs
 here as written, and then it is run below: from the repository root, with ``python`` the test's own
 interpreter, no credentials, and any AWS endpoint pointed at a closed loopback port (a dry run that called
-AWS would fail, never reach it)."""
+AWS would fail, never reach it). And the Lambda cold-start figure is in one place, with its command and date."""
 
 from __future__ import annotations
 
@@ -123,3 +123,28 @@ def test_the_documented_package_command_runs_as_written(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"wrote {target}" in done.stdout and target.stat().st_size > 10_000_000
+
+
+def _paragraphs(text: str) -> list[str]:
+    """Paragraphs, list items and table rows."""
+    return [p for p in re.split(r"\n\s*\n|\n(?=\s*- )|\n(?=\|)", text) if p.strip()]
+
+
+def test_the_lambda_cold_start_figure_is_in_one_place():
+    """One measured figure, with its command and date, in docs/benchmarks.md; the other pages link to it
+    and quote no figure of their own."""
+    bench = (ROOT / "docs/benchmarks.md").read_text()
+    section = bench.split("\n## Lambda cold start\n", 1)[1].split("\n## ", 1)[0]
+    assert "scripts/coldstart_lambda.py --runs" in section and re.search(r"\b20\d\d-\d\d-\d\d\b", section)
+    assert re.search(r"median \| \*\*\d+ ms\*\*", section)
+    figure = re.compile(r"(?<![\d.])(?<!≤ )\d+(?:\.\d+)?\s?(?:ms|s)\b")  # a duration, not a target (≤ 1.5 s)
+    pages = [p for p in sorted((ROOT / "docs").glob("*.md")) if p.name != "benchmarks.md"] + [ROOT / "README.md"]
+    for page in pages:
+        for paragraph in _paragraphs(page.read_text()):
+            if "lambda" in paragraph.lower() and "cold start" in paragraph.lower():
+                assert not figure.search(paragraph), f"{page.name}: a cold-start figure of its own: {paragraph[:200]}"
+    for name in ("adapters.md", "deploy.md"):
+        assert "benchmarks.md#lambda-cold-start" in (ROOT / "docs" / name).read_text(), name
+    outside = [p for p in _paragraphs(bench) if "cold start" in p.lower() and "lambda" in p.lower()
+               and p not in section and figure.search(p)]
+    assert not outside, outside
