@@ -106,8 +106,13 @@ def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None =
         if spec.backend == "onnx" and onnx_file_for(spec) is None:
             raise InvalidInput(missing_graph_message(spec))
         return Choice(spec.backend, "set in the model spec")
-    if (spec.path / "neuron" / "manifest.json").exists():
+    kind = spec.device.partition(":")[0]
+    if (spec.path / "neuron" / "manifest.json").exists() and kind != "cuda":
         return Choice("neuron", "the folder holds compiled Neuron buckets (neuron/manifest.json)")
+    if kind == "neuron":  # a Neuron device runs compiled buckets only: neither ONNX Runtime nor torch serve it
+        raise InvalidInput(f"model {spec.served_name!r}: device 'neuron' serves compiled Neuron buckets, and "
+                           f"{spec.path} has none (no neuron/manifest.json); compile them with "
+                           f"`python scripts/compile_neuron.py {spec.path} OUT` and serve OUT")
     graph = onnx_file_for(spec)
     if graph is not None:
         shown = graph.relative_to(spec.path) if graph.is_relative_to(spec.path) else graph
@@ -118,6 +123,9 @@ def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None =
     if not weights:
         if any((spec.path / n).exists() for graphs in ONNX_GRAPHS.values() for n in graphs):
             raise InvalidInput(missing_graph_message(spec) + " (the folder has no torch weights to fall back on)")
+        if (spec.path / "neuron" / "manifest.json").exists():
+            return Choice("torch", f"compiled Neuron buckets do not run on {spec.device}, and the folder has no "
+                                   "ONNX or CTranslate2 artifact")
         return Choice("torch", "no ONNX, CTranslate2 or Neuron artifact in the folder")
     if spec.device != "cpu":
         return Choice("torch", f"auto on {spec.device}: torch")

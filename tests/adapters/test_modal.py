@@ -96,6 +96,31 @@ def test_bulk_method_matches_the_http_app(modal_module, modal_client):
     np.testing.assert_allclose(vectors[:3], np.array([d["embedding"] for d in over_http["data"]]), atol=1e-5)
 
 
+def test_bulk_shards_queue_on_the_models_batcher(modal_module):
+    """Concurrent ``embed_shard`` calls go through the model's batcher, as web requests do, so they share its
+    token budget and batch-size cap: no shard runs the model on its own."""
+    obj, hooks = modal_instance(modal_module)
+    embed = hooks["embed_shard"]._get_raw_f()
+    batcher = obj.registry.engines[MODEL].batcher
+    queued: list[int] = []
+    submit = batcher.submit
+
+    async def counted(items, **kwargs):
+        queued.append(len(items))
+        return await submit(items, **kwargs)
+
+    batcher.submit = counted
+    texts = [f"{text} ({i})" for i, text in enumerate(THREE * 40)]
+    shards = modal_module.shards(texts, 10)
+
+    async def calls():
+        return await asyncio.gather(*(embed(obj, shard) for shard in shards))
+
+    parts = asyncio.run(calls())
+    assert [len(p) for p in parts] == [len(s) for s in shards]
+    assert sum(queued) == len(texts) and len(queued) == len(shards)  # every text was queued on the batcher
+
+
 def test_bulk_helpers(modal_module, tmp_path):
     source = tmp_path / "texts.jsonl"
     source.write_text('plain line\n{"text": "json line"}\n\nlast\n', encoding="utf-8")

