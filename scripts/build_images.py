@@ -14,7 +14,10 @@ By default every image is built that needs no extra argument; sagemaker-neuron n
 ``aws ecr get-login-password | docker login --username AWS --password-stdin REGISTRY``.
 Every image is built with ``--provenance=false``: BuildKit's provenance attestation turns the image
 into an OCI image index, which Lambda rejects and SageMaker ``CreateModel`` does not accept (it takes
-Docker image manifest V2, schema 2); ``--load`` then ``docker push`` keeps the Docker media types.
+Docker image manifest V2, schema 2). Without ``--push`` an image is loaded into the local Docker
+(``--load``); with ``--push`` BuildKit pushes it itself (``--output type=image,push=true``) with
+``oci-mediatypes=false`` named, so the manifest in the registry is Docker V2 whichever image store the
+local Docker uses (its containerd store would otherwise push OCI media types).
 """
 
 from __future__ import annotations
@@ -77,14 +80,14 @@ def reference(image: Image, registry: str | None, version: str | None) -> str:
 
 def commands(names: list[str], *, registry: str | None = None, version: str | None = None, push: bool = False,
              neuron_base_image: str | None = None) -> list[list[str]]:
-    """The docker commands, in order: every build, then every push."""
+    """The docker commands, in order (with ``push``, each build pushes its image)."""
     unknown = [n for n in names if n not in IMAGES]
     if unknown:
         raise ValueError(f"unknown image(s) {unknown}; choose from {sorted(IMAGES)}")
     if "sagemaker-neuron" in names and not neuron_base_image:
         raise ValueError("sagemaker-neuron needs --neuron-base-image (an AWS pytorch-inference-neuronx DLC "
                          "with Python >= 3.11); or leave it out with --only")
-    builds, pushes = [], []
+    builds = []
     for name in names:
         image = IMAGES[name]
         args = dict(image.build_args)
@@ -95,10 +98,11 @@ def commands(names: list[str], *, registry: str | None = None, version: str | No
                    *image.extra]
         for key, value in args.items():
             command += ["--build-arg", f"{key}={value}"]
-        builds.append([*command, "-t", ref, "--load", "."])
         if push:
-            pushes.append(["docker", "push", ref])
-    return builds + pushes
+            builds.append([*command, "--output", f"type=image,name={ref},push=true,oci-mediatypes=false", "."])
+        else:
+            builds.append([*command, "-t", ref, "--load", "."])
+    return builds
 
 
 def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
