@@ -91,6 +91,10 @@ def _has_onnxruntime() -> bool:
     return importlib.util.find_spec("onnxruntime") is not None
 
 
+def _has_ctranslate2() -> bool:
+    return importlib.util.find_spec("ctranslate2") is not None
+
+
 def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None = None,
            auto_export: bool = True) -> Choice:
     """The backend for a spec. ``head``: the head the task runs (needed to export); ``cache_dir`` and
@@ -117,9 +121,11 @@ def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None =
     if graph is not None:
         shown = graph.relative_to(spec.path) if graph.is_relative_to(spec.path) else graph
         return Choice("onnx", f"the folder has an ONNX graph for {spec.dtype} ({shown})")
-    if (spec.path / "ct2" / "model.bin").exists():
-        return Choice("ct2", "the folder holds a CTranslate2 model (ct2/model.bin)")
     weights = has_torch_weights(spec.path)
+    # a CTranslate2 model where its runtime is installed; without it (e.g. the SageMaker images) the folder's
+    # torch weights serve, and a folder with nothing else fails on the ct2 backend, naming its extra
+    if (spec.path / "ct2" / "model.bin").exists() and (_has_ctranslate2() or not weights):
+        return Choice("ct2", "the folder holds a CTranslate2 model (ct2/model.bin)")
     if not weights:
         if any((spec.path / n).exists() for graphs in ONNX_GRAPHS.values() for n in graphs):
             raise InvalidInput(missing_graph_message(spec) + " (the folder has no torch weights to fall back on)")

@@ -11,6 +11,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from core.backends import registry
 from core.backends.registry import choose
 from core.config import ModelSpec
 from core.errors import InvalidInput
@@ -22,6 +23,7 @@ LAYOUTS = {
     "onnx": ["onnx/model.onnx"],
     "torch+onnx": ["model.safetensors", "onnx/model.onnx"],  # export_onnx.py / package_model.py output, most Hub repos
     "ct2": ["ct2/model.bin"],
+    "torch+ct2": ["model.safetensors", "ct2/model.bin"],  # package_model.py with --ct2
     "torch+neuron": ["model.safetensors", "neuron/manifest.json"],
     "all": ["model.safetensors", "onnx/model.onnx", "neuron/manifest.json"],  # one tarball for both images
 }
@@ -32,6 +34,7 @@ EXPECTED = {
     "onnx": ("onnx", "onnx", REFUSED),
     "torch+onnx": ("onnx", "onnx", REFUSED),
     "ct2": ("ct2", "ct2", REFUSED),
+    "torch+ct2": ("ct2", "ct2", REFUSED),
     "torch+neuron": ("neuron", "torch", "neuron"),
     "all": ("neuron", "onnx", "neuron"),
 }
@@ -70,14 +73,24 @@ def _pins(requirements: str) -> set[str]:
 RUNTIME = {("torch", "cuda"): "torch", ("onnx", "cuda"): "onnxruntime-gpu", ("neuron", "neuron"): "optimum-neuron"}
 #: the SageMaker images: their device (TESSERA_DEVICE) and pinned requirements; the layouts they serve
 IMAGES = {"Dockerfile.cuda": ("cuda", "requirements-cuda.txt"), "Dockerfile.neuron": ("neuron", "requirements-neuron.txt")}
-SERVED = ("torch", "onnx", "torch+onnx", "torch+neuron", "all")
+SERVED = ("torch", "onnx", "torch+onnx", "torch+ct2", "torch+neuron", "all")
+
+
+def test_without_ctranslate2_the_torch_weights_serve(tmp_path, monkeypatch):
+    """Where ctranslate2 is not installed, a folder with torch weights beside ct2/ is served by torch; one
+    with nothing else stays ct2 (its load names the [ct2] extra)."""
+    monkeypatch.setattr(registry, "_has_ctranslate2", lambda: False)
+    assert [_choice(_folder(tmp_path, "torch+ct2"), d) for d in ("cpu", "cuda")] == ["torch", "torch"]
+    assert _choice(_folder(tmp_path, "ct2"), "cuda") == "ct2"
 
 
 @pytest.mark.parametrize("dockerfile", sorted(IMAGES))
-def test_each_sagemaker_image_runs_what_auto_picks_on_its_device(tmp_path, dockerfile):
+def test_each_sagemaker_image_runs_what_auto_picks_on_its_device(tmp_path, dockerfile, monkeypatch):
     device, requirements = IMAGES[dockerfile]
     assert f"TESSERA_DEVICE={device}" in (ROOT / "adapters/sagemaker" / dockerfile).read_text()
     pins = _pins(requirements)
+    # choose() asks whether ctranslate2 is installed: answer as the image would
+    monkeypatch.setattr(registry, "_has_ctranslate2", lambda: "ctranslate2" in pins)
     for layout in SERVED:
         backend = _choice(_folder(tmp_path, layout), device)
         if backend == REFUSED:
