@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from core.backends.ct2 import CT2_SUBDIR, check_architecture
+from core.convert.files import copy_model_files
 from core.errors import require
 
 log = logging.getLogger(__name__)
@@ -23,8 +24,6 @@ log = logging.getLogger(__name__)
 
 def convert_folder(src: Path, dst: Path, *, quantization: str | None = None, force: bool = True) -> Path:
     """Write ``dst`` (may equal ``src``) with the model files and ``dst/ct2/``; returns ``dst``."""
-    from core.convert.onnx_export import copy_model_files
-
     src, dst = Path(src), Path(dst)
     config = json.loads((src / "config.json").read_text())
     check_architecture(config, src)
