@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from core.backends.heads import get_head
+from core.backends.heads import get_head, is_feed_forward
 from core.convert.files import copy_model_files
 from core.convert.fusion import optimize_transformer
 from core.errors import require
@@ -119,16 +119,11 @@ def quantize_int8(src_file: Path, dst_file: Path, mode: str = "fast") -> None:
     exclude: list[str] = []
     if mode == "accurate":
         graph = onnx.load(str(src_file), load_external_data=False).graph
-        exclude = [n.name for n in graph.node if n.op_type == "MatMul" and _is_feed_forward(n.name)]
+        exclude = [n.name for n in graph.node if n.op_type == "MatMul" and is_feed_forward(n.name)]
     quantize_dynamic(
         str(src_file), str(dst_file), weight_type=QuantType.QInt8, per_channel=True,
         op_types_to_quantize=["MatMul"], nodes_to_exclude=exclude,
     )
-
-
-def _is_feed_forward(node_name: str) -> bool:
-    """BERT-family naming: ``.../intermediate/dense/MatMul`` and ``.../output/dense/MatMul`` (not attention's)."""
-    return "/intermediate/" in node_name or ("/output/dense/" in node_name and "/attention/" not in node_name)
 
 
 def export_folder(
