@@ -37,11 +37,20 @@ class ChunkingDefault(BaseModel):
     overlap: int = Field(default=0, ge=0, description="tokens shared by consecutive windows")
 
 
+def _only(backend: str) -> dict[str, str]:
+    """``json_schema_extra`` of a ``ModelSpec`` field that only ``backend`` reads (see ``spec_field_backend``)."""
+    return {"backend": backend}
+
+
 class ModelSpec(BaseModel):
-    """One served model. Later features add fields here, never a second way to configure."""
+    """One served model. Later features add fields here, never a second way to configure.
+
+    Fields come in sections: those every backend reads, then those only one backend reads (tagged with
+    ``_only(backend)``; the others ignore them). The order is for readers only: a spec is a JSON object."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
+    # --- every backend ------------------------------------------------------------------------------
     path: Path = Field(description="local model folder (Hugging Face / sentence-transformers layout), or a "
                        "Hugging Face Hub id org/name (fetched into the Hugging Face cache; docs/models.md)")
     revision: str | None = Field(
@@ -52,29 +61,16 @@ class ModelSpec(BaseModel):
     backend: str = Field(default="auto", description="auto | torch | onnx | ct2 | neuron")
     device: str = Field(default="cpu", description="cpu | cuda | cuda:N | neuron")
     dtype: str = Field(default="float32", description="float32 | float16 | bfloat16 | int8 (ct2 also int8_float32, int8_float16)")
-    onnx_file: Path | None = Field(
-        default=None, description="ONNX graph to run, relative to the model folder unless absolute; default: "
-        "the folder's graph for the dtype (onnx/model.onnx, model.onnx; int8: onnx/model_int8.onnx)"
-    )
     max_batch_tokens: int | None = Field(
         default=None, gt=0,
-        description="padded tokens per batch; default: 512 on CPU (measured best there), 16384 on accelerators",
+        description="padded tokens per batch; default: 512 on CPU, 16384 on accelerators (docs/benchmarks.md "
+        "says why CPU batches stay small)",
     )
     max_batch_size: int = Field(default=64, gt=0, description="items per batch")
     max_queue_items: int = Field(default=4096, gt=0, description="queued items before 429")
     max_length: int | None = Field(default=None, gt=0, description="override the model's max sequence length")
     threads: int | None = Field(default=None, gt=0, description="runtime threads; default: settings.threads")
-    workers: int | None = Field(
-        default=None, gt=0, description="onnx: batches run at once; default: 2 on CPU with 2+ threads, else 1. "
-        "With 2, a batch that starts while another runs gets threads/2 threads of its own (a second session: "
-        "one more copy of the weights in memory), one alone keeps them all; on 2 CPU cores +3–40% throughput "
-        "at saturation in every interleaved run, single-request latency unchanged (docs/benchmarks.md)",
-    )
     pad_to_multiple_of: int = Field(default=1, gt=0, description="pad batches to a multiple of this")
-    ort_spin: bool = Field(
-        default=True, description="onnx: let ONNX Runtime's threads busy-wait between runs (its default; "
-        "off frees CPU for other work at some latency cost, see docs/benchmarks.md)",
-    )
     prompts: dict[str, str] = Field(
         default_factory=dict,
         description="named prompts (prompt_name → text), added to config_sentence_transformers.json's",
@@ -96,10 +92,32 @@ class ModelSpec(BaseModel):
         default=None, description="embed: long texts are embedded in windows by default ({size, overlap} in "
         "tokens; a request's chunking overrides it, chunking: false turns it off; docs/text-tasks.md)",
     )
-    compile: bool = Field(default=False, description="torch backend: run the model through torch.compile")
-    providers: list[str] | None = Field(
-        default=None, description="onnx backend: execution providers in order (default: from device)"
+
+    # --- onnx only (ONNX Runtime; also `auto` when it chooses ONNX Runtime) ---------------------------
+    onnx_file: Path | None = Field(
+        default=None, json_schema_extra=_only("onnx"),
+        description="ONNX graph to run, relative to the model folder unless absolute; default: the folder's graph "
+        "for the dtype (onnx/model.onnx, model.onnx; int8: onnx/model_int8.onnx)",
     )
+    workers: int | None = Field(
+        default=None, gt=0, json_schema_extra=_only("onnx"),
+        description="batches run at once; default: 2 on CPU with 2+ threads, else 1. With 2, a batch that starts "
+        "while another runs gets threads/2 threads of its own (a second session: one more copy of the weights in "
+        "memory), one alone keeps them all (measured in docs/benchmarks.md, \"Saturation at equal precision\")",
+    )
+    ort_spin: bool = Field(
+        default=True, json_schema_extra=_only("onnx"),
+        description="let ONNX Runtime's threads busy-wait between runs (its default; off frees CPU for other work "
+        "at some latency cost, see docs/benchmarks.md)",
+    )
+    providers: list[str] | None = Field(
+        default=None, json_schema_extra=_only("onnx"),
+        description="execution providers in order (default: from device)",
+    )
+
+    # --- torch only ---------------------------------------------------------------------------------
+    compile: bool = Field(default=False, json_schema_extra=_only("torch"),
+                          description="run the model through torch.compile")
 
     @model_validator(mode="after")
     def _onnx_file_in_folder(self) -> "ModelSpec":
@@ -120,10 +138,17 @@ class ModelSpec(BaseModel):
     @property
     def batch_tokens(self) -> int:
         """The token budget in force: ``max_batch_tokens``, else the device's default. On a CPU, per-item
-        throughput falls once a batch passes ~600 padded tokens (cache-bound GEMMs; docs/benchmarks.md)."""
+        throughput falls once a batch outgrows the caches (docs/benchmarks.md)."""
         if self.max_batch_tokens is not None:
             return self.max_batch_tokens
         return CPU_BATCH_TOKENS if self.device == "cpu" else ACCELERATOR_BATCH_TOKENS
+
+
+def spec_field_backend(name: str) -> str | None:
+    """The one backend that reads the ``ModelSpec`` field ``name``, or None for a field every backend reads
+    (docs/configuration.md lists the fields in these groups)."""
+    extra = ModelSpec.model_fields[name].json_schema_extra
+    return extra.get("backend") if isinstance(extra, dict) else None
 
 
 def default_cache_dir() -> Path:

@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Iterable
 
 from core.errors import ModelUnavailable
+from core.loading import onnx_graph_names
 
 if TYPE_CHECKING:
     from core.config import ModelSpec
@@ -84,8 +85,6 @@ def resolve_source(spec: "ModelSpec", *, download: bool = True) -> ModelSource:
 
 
 def _onnx_graph(files: set[str], dtype: str, onnx_file: Path | None) -> str | None:
-    from core.backends.registry import onnx_graph_names
-
     names = (PurePosixPath(onnx_file).as_posix(),) if onnx_file is not None else onnx_graph_names(dtype)
     return next((name for name in names if name in files), None)
 
@@ -137,8 +136,6 @@ def select_files(files: Iterable[str], *, backend: str = "auto", dtype: str = "f
             # external data beside the graph: model.onnx_data, model.onnx.data
             weights |= {graph} | {f for f in files if f.startswith(graph + "_data") or f.startswith(graph + ".data")}
         elif backend == "onnx":
-            from core.backends.registry import onnx_graph_names
-
             wanted = [PurePosixPath(onnx_file).as_posix()] if onnx_file is not None else list(onnx_graph_names(dtype))
             raise ModelUnavailable(f"{where} has no ONNX graph for dtype {dtype} (looked for {wanted}); serve it "
                                    "with backend torch, or export one with scripts/export_onnx.py")

@@ -1,5 +1,6 @@
 """Reading a model folder: what it is (task), how its sentence-transformers modules pool and
-normalize, its max length, and its tokenizer. Pure file reading: no framework import."""
+normalize, its max length, its tokenizer, and where it keeps ONNX graphs. Pure file reading: no
+framework import."""
 
 from __future__ import annotations
 
@@ -224,6 +225,24 @@ def detect_task(info: ModelInfo) -> str:
         if not any(str(m.get("type", "")).endswith("Pooling") for m in modules):
             return "sparse"
     return "embed"
+
+
+# --- the ONNX graphs a folder (or a Hub repository) may carry ---
+
+#: the graphs a folder may carry per dtype, in the order they are looked for
+ONNX_GRAPHS: dict[str, tuple[str, ...]] = {
+    "int8": ("onnx/model_int8.onnx", "onnx/model_quantized.onnx", "model_int8.onnx", "model_quantized.onnx"),
+    "float16": ("onnx/model_fp16.onnx", "model_fp16.onnx"),
+    "float32": ("onnx/model.onnx", "model.onnx"),
+}
+#: dtype spellings that name one of ``ONNX_GRAPHS``' dtypes
+ONNX_DTYPE_ALIASES = {"fp16": "float16", "fp32": "float32"}
+
+
+def onnx_graph_names(dtype: str) -> tuple[str, ...]:
+    """The ONNX graphs looked for in a model folder (or a Hub repository) for ``dtype``, first choice first
+    (none for a dtype ONNX graphs do not come in)."""
+    return ONNX_GRAPHS.get(ONNX_DTYPE_ALIASES.get(dtype, dtype), ())
 
 
 # --- sentence-transformers pipelines of embedding models (Transformer → Pooling → Dense… → Normalize) ---

@@ -7,7 +7,7 @@ the graphs **interleaved** (A B A B …) so the machine's drift hits them alike.
         [--seconds 5] [--reps 6] [--threads 2]
 
 Without ``--graph`` it compares the folder's own ``onnx/model.onnx`` (the plain export) with the same
-graph fused offline by ONNX Runtime's transformer optimizer (``core.convert.onnx_export.fused_graph``,
+graph fused offline by ONNX Runtime's transformer optimizer (``core.convert.fusion.fused_graph``,
 written to a temporary file). Prints embeddings/s per graph and repetition, the median, and each graph's
 ratio to the first with the min–max over repetitions; also checks that every graph's output matches the
 first's (max |difference| of the pooled vectors), so a fast but wrong graph shows.
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     if not graphs:
         import onnx
 
-        from core.convert.onnx_export import fused_graph
+        from core.convert.fusion import fused_graph
 
         plain = args.model_dir / "onnx" / "model.onnx"
         config = json.loads((args.model_dir / "config.json").read_text())

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Write the settings and model-spec tables of docs/configuration.md from ``Settings`` and ``ModelSpec``
-(every option, its variable, its default and its description), between the ``<!-- generated:NAME -->``
-and ``<!-- end:NAME -->`` markers; the prose around them is kept.
+(every option, its variable, its default and its description; the spec's fields grouped by the backend
+that reads them, ``core.config.spec_field_backend``), between the ``<!-- generated:NAME -->`` and
+``<!-- end:NAME -->`` markers; the prose around them is kept.
 
     .venv/bin/python scripts/config_docs.py          # rewrite the tables
     .venv/bin/python scripts/config_docs.py --check  # exit 1 when the file differs from the code
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from pydantic.fields import FieldInfo
 
-from core.config import ModelSpec, Settings
+from core.config import ModelSpec, Settings, spec_field_backend
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 #: defaults that depend on the machine or on other fields, as the docs state them
@@ -56,11 +57,35 @@ def settings_table() -> str:
     return "\n".join(rows)
 
 
+def spec_groups() -> dict[str | None, list[str]]:
+    """The spec's fields by the one backend that reads them (None: every backend), in declaration order."""
+    groups: dict[str | None, list[str]] = {None: []}
+    for name in ModelSpec.model_fields:
+        groups.setdefault(spec_field_backend(name), []).append(name)
+    return groups
+
+
 def spec_table() -> str:
-    rows = ["| field | default | meaning |", "|---|---|---|"]
-    for name, field in ModelSpec.model_fields.items():
-        rows.append(f"| `{name}` | {_default('spec', name, field)} | {_cell(field.description)} |")
-    return "\n".join(rows)
+    """One table per group: the fields every backend reads, then each backend's own."""
+    from core.backends.registry import BACKENDS
+
+    groups = spec_groups()
+    parts = []
+    for backend, names in groups.items():
+        if backend is None:
+            title = "### Every backend"
+        else:
+            title = (f"### `backend: {backend}` only\n\nRead by the {backend} backend alone (also under "
+                     f"`backend: auto` when it chooses {backend}); the other backends ignore them.")
+        rows = ["| field | default | meaning |", "|---|---|---|"]
+        for name in names:
+            field = ModelSpec.model_fields[name]
+            rows.append(f"| `{name}` | {_default('spec', name, field)} | {_cell(field.description)} |")
+        parts.append(title + "\n\n" + "\n".join(rows))
+    bare = [f"`{b}`" for b in BACKENDS if b not in groups]
+    if bare:
+        parts.append(f"{' and '.join(bare) if len(bare) < 3 else ', '.join(bare)}: no fields of their own.")
+    return "\n\n".join(parts)
 
 
 def render(text: str) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import text_fixtures as _text_fixtures
-from tests.support.cache import cached_build
+from tests.support.cache import CT2_SOURCES, NEURON_SOURCES, ONNX_EXPORT_SOURCES, cached_build
 from tests.support.sentences import SENTENCES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +44,7 @@ def minilm_onnx_dir(minilm_dir) -> Path:
 
     return cached_build(
         "minilm-onnx",
-        [Path(onnx_export.__file__), minilm_dir / "model.safetensors"],
+        [*ONNX_EXPORT_SOURCES, minilm_dir / "model.safetensors"],
         lambda out: onnx_export.export_folder(minilm_dir, out, int8=("fast", "accurate")),
     )
 
@@ -71,7 +71,7 @@ def minilm_ct2_dir(minilm_dir) -> Path:
     """MiniLM converted by our own code for CTranslate2 (ct2/model.bin + the model files)."""
     from core.convert import ct2
 
-    return cached_build("minilm-ct2", [Path(ct2.__file__), minilm_dir / "model.safetensors"],
+    return cached_build("minilm-ct2", [*CT2_SOURCES, minilm_dir / "model.safetensors"],
                         lambda out: ct2.convert_folder(minilm_dir, out))
 
 
@@ -88,7 +88,7 @@ def minilm_static_buckets_dir(minilm_dir) -> Path:
 
     return cached_build(
         "minilm-static-buckets",
-        [Path(neuron.__file__), Path(static_onnx.__file__), minilm_dir / "model.safetensors"],
+        [*NEURON_SOURCES, Path(static_onnx.__file__), minilm_dir / "model.safetensors"],
         lambda out: neuron.compile_buckets(minilm_dir, out, batch_sizes=STATIC_BATCHES,
                                            sequence_lengths=STATIC_LENGTHS,
                                            compile_bucket=static_onnx.export_static, runtime="onnx-static",
@@ -99,10 +99,10 @@ def minilm_static_buckets_dir(minilm_dir) -> Path:
 @pytest.fixture(scope="session")
 def minilm_onnx_fp16_file(minilm_onnx_dir) -> Path:
     """The exported fp32 graph fused and converted to fp16 by core/convert/onnx_fp16.py (the CUDA graph)."""
-    from core.convert import onnx_export, onnx_fp16
+    from core.convert import fusion, onnx_fp16
 
     config = json.loads((minilm_onnx_dir / "config.json").read_text())
-    folder = cached_build("minilm-onnx-fp16", [Path(onnx_fp16.__file__), Path(onnx_export.__file__),
+    folder = cached_build("minilm-onnx-fp16", [Path(onnx_fp16.__file__), Path(fusion.__file__),
                                                minilm_onnx_dir / "onnx" / "model.onnx"],
                           lambda out: onnx_fp16.convert_fp16(minilm_onnx_dir / "onnx" / "model.onnx",
                                                              out / "model_fp16.onnx", config=config))

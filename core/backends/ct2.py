@@ -18,6 +18,14 @@ from core.errors import BackendFailure, InvalidInput, Unsupported, require
 
 CT2_SUBDIR = "ct2"
 
+#: transformers config classes whose encoder CTranslate2 converts (CTranslate2 4.x; text encoders only)
+SUPPORTED_CONFIGS: dict[str, str] = {
+    "bert": "BertConfig",
+    "distilbert": "DistilBertConfig",
+    "roberta": "RobertaConfig",
+    "xlm-roberta": "XLMRobertaConfig",
+}
+
 #: spec dtype → CTranslate2 compute type, per device kind
 COMPUTE_TYPES: dict[str, dict[str, str]] = {
     "cpu": {"float32": "float32", "int8": "int8", "int8_float32": "int8_float32"},
@@ -32,6 +40,20 @@ def ct2_dir(model_dir: Path) -> Path | None:
         if (candidate / "model.bin").exists():
             return candidate
     return None
+
+
+def check_architecture(config: dict, folder: Path) -> None:
+    """Raise ``Unsupported`` naming the supported architectures when CTranslate2 cannot take the model
+    (the converter checks before converting, the backend when a folder has no converted encoder)."""
+    model_type = str(config.get("model_type", ""))
+    if model_type not in SUPPORTED_CONFIGS:
+        archs = ", ".join(f"{k} ({v})" for k, v in SUPPORTED_CONFIGS.items())
+        raise Unsupported(
+            f"{folder}: CTranslate2 has no encoder conversion for model_type {model_type!r} "
+            f"(architectures {config.get('architectures')}); supported: {archs}. "
+            "Serve this model with backend 'torch' or 'onnx'.",
+            code="unsupported_architecture",
+        )
 
 
 def compute_type_for(device: str, dtype: str) -> str:
@@ -66,8 +88,6 @@ class CT2Backend(Backend):
         folder = ct2_dir(model_dir)
         if folder is None:
             import json
-
-            from core.convert.ct2 import check_architecture
 
             cfg_path = Path(model_dir) / "config.json"
             if cfg_path.exists():  # an unsupported architecture gets that message, not "convert it"

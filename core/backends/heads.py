@@ -4,6 +4,7 @@ named outputs every backend returns for it. Tasks name a head; backends look it 
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -112,3 +113,15 @@ def get_head(name: str) -> Head:
     if name not in HEADS:
         raise InvalidInput(f"unknown model head {name!r}; known: {sorted(HEADS)}")
     return HEADS[name]
+
+
+def is_feed_forward(name: str) -> bool:
+    """Whether a weight of a BERT-family encoder belongs to a feed-forward block (``intermediate.dense``,
+    ``output.dense``) rather than to attention (``attention.output.dense``): the layers int8 keeps fp32
+    (the torch backend's int8, the ONNX "accurate" int8 graph). ``name`` is a torch module name
+    (``encoder.layer.0.intermediate.dense``) or a node name of the exported graph
+    (``/encoder/layer.0/intermediate/dense/MatMul``)."""
+    parts = re.split(r"[./]", name)
+    if "intermediate" in parts:
+        return True
+    return ("output", "dense") in zip(parts, parts[1:]) and "attention" not in parts

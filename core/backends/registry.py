@@ -18,6 +18,7 @@ from pathlib import Path
 from core.backends.base import Backend
 from core.config import ModelSpec
 from core.errors import InvalidInput, MissingDependency, install_hint
+from core.loading import ONNX_DTYPE_ALIASES, ONNX_GRAPHS, onnx_graph_names
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +30,6 @@ BACKENDS: dict[str, tuple[str, str, str]] = {
     "neuron": ("core.backends.neuron", "NeuronBackend", "neuron"),
 }
 
-#: the graphs a folder may carry per dtype, in the order they are looked for
-ONNX_GRAPHS: dict[str, tuple[str, ...]] = {
-    "int8": ("onnx/model_int8.onnx", "onnx/model_quantized.onnx", "model_int8.onnx", "model_quantized.onnx"),
-    "float16": ("onnx/model_fp16.onnx", "model_fp16.onnx"),
-    "float32": ("onnx/model.onnx", "model.onnx"),
-}
-_DTYPE_ALIASES = {"fp16": "float16", "fp32": "float32"}
 
 
 @dataclass(frozen=True)
@@ -50,23 +44,14 @@ class Choice:
     fell_back: bool = False
 
 
-def _graph_names(dtype: str) -> tuple[str, ...]:
-    return ONNX_GRAPHS.get(_DTYPE_ALIASES.get(dtype, dtype), ())
-
-
-def onnx_graph_names(dtype: str) -> tuple[str, ...]:
-    """The ONNX graphs looked for in a model folder (or a Hub repository) for ``dtype``, first choice first."""
-    return _graph_names(dtype)
-
-
 def onnx_file_for(spec: ModelSpec) -> Path | None:
     """The ONNX graph a spec points at, if any: ``onnx_file`` (relative paths are resolved against the
-    model folder), else the folder's graph for the dtype (``ONNX_GRAPHS``): ``onnx/model.onnx`` or
+    model folder), else the folder's graph for the dtype (``core.loading.ONNX_GRAPHS``): ``onnx/model.onnx`` or
     ``model.onnx``; ``dtype: int8`` → ``onnx/model_int8.onnx`` / ``onnx/model_quantized.onnx``;
     ``float16`` → ``onnx/model_fp16.onnx``. Never a graph of another precision."""
     if spec.onnx_file is not None:
         return Path(spec.onnx_file)
-    for candidate in (spec.path / name for name in _graph_names(spec.dtype)):
+    for candidate in (spec.path / name for name in onnx_graph_names(spec.dtype)):
         if candidate.exists():
             return candidate
     return None
@@ -74,10 +59,10 @@ def onnx_file_for(spec: ModelSpec) -> Path | None:
 
 def missing_graph_message(spec: ModelSpec) -> str:
     """What is missing for ``backend: onnx`` at this dtype, and the command that makes it."""
-    dtype = _DTYPE_ALIASES.get(spec.dtype, spec.dtype)
+    dtype = ONNX_DTYPE_ALIASES.get(spec.dtype, spec.dtype)
     if spec.onnx_file is not None:
         return f"model {spec.served_name!r}: onnx_file {spec.onnx_file} does not exist"
-    names = _graph_names(dtype)
+    names = onnx_graph_names(dtype)
     flag = {"int8": " --int8 fast", "float16": " --fp16"}.get(dtype, "")
     have = [n for graphs in ONNX_GRAPHS.values() for n in graphs if (spec.path / n).exists()]
     found = f"; the folder has {', '.join(have)} (another precision)" if have else ""
@@ -104,9 +89,9 @@ def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None =
     if spec.backend != "auto":
         if spec.backend not in BACKENDS:
             raise InvalidInput(f"unknown backend {spec.backend!r}; known: {sorted(BACKENDS)}")
-        if spec.backend == "onnx" and not _graph_names(spec.dtype):
+        if spec.backend == "onnx" and not onnx_graph_names(spec.dtype):
             raise InvalidInput(f"onnx backend: dtype {spec.dtype!r} not supported; use one of "
-                               f"{sorted([*ONNX_GRAPHS, *_DTYPE_ALIASES])}")
+                               f"{sorted([*ONNX_GRAPHS, *ONNX_DTYPE_ALIASES])}")
         if spec.backend == "onnx" and onnx_file_for(spec) is None:
             raise InvalidInput(missing_graph_message(spec))
         return Choice(spec.backend, "set in the model spec")
@@ -135,7 +120,7 @@ def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None =
         return Choice("torch", "no ONNX, CTranslate2 or Neuron artifact in the folder")
     if spec.device != "cpu":
         return Choice("torch", f"auto on {spec.device}: torch")
-    if _DTYPE_ALIASES.get(spec.dtype, spec.dtype) != "float32":
+    if ONNX_DTYPE_ALIASES.get(spec.dtype, spec.dtype) != "float32":
         return Choice("torch", f"no {spec.dtype} ONNX graph in the folder and only float32 is exported "
                                f"automatically (for ONNX {spec.dtype}: scripts/export_onnx.py)")
     if not auto_export:

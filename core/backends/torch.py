@@ -17,17 +17,12 @@ from typing import ClassVar, Mapping
 import numpy as np
 
 from core.backends.base import Backend
-from core.backends.heads import Head, get_head
+from core.backends.heads import Head, get_head, is_feed_forward
 from core.config import ModelSpec
 from core.errors import BackendFailure, InvalidInput, OutOfMemory, require
 
 _DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
            "bfloat16": "bfloat16", "bf16": "bfloat16", "int8": "int8", "qint8": "int8"}
-
-
-def is_feed_forward(module_name: str) -> bool:
-    """BERT-family naming: ``layer.N.intermediate.dense`` and ``layer.N.output.dense`` (not attention's)."""
-    return ".intermediate." in module_name or (module_name.endswith("output.dense") and "attention" not in module_name)
 
 
 def quantize_int8(torch, model):

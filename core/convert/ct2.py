@@ -15,38 +15,15 @@ import logging
 import tempfile
 from pathlib import Path
 
-from core.backends.ct2 import CT2_SUBDIR
-from core.errors import Unsupported, require
+from core.backends.ct2 import CT2_SUBDIR, check_architecture
+from core.convert.files import copy_model_files
+from core.errors import require
 
 log = logging.getLogger(__name__)
-
-#: transformers config classes whose encoder CTranslate2 converts (CTranslate2 4.x; text encoders only)
-SUPPORTED_CONFIGS: dict[str, str] = {
-    "bert": "BertConfig",
-    "distilbert": "DistilBertConfig",
-    "roberta": "RobertaConfig",
-    "xlm-roberta": "XLMRobertaConfig",
-}
-
-
-
-def check_architecture(config: dict, folder: Path) -> None:
-    """Raise ``Unsupported`` naming the supported architectures when CTranslate2 cannot take the model."""
-    model_type = str(config.get("model_type", ""))
-    if model_type not in SUPPORTED_CONFIGS:
-        archs = ", ".join(f"{k} ({v})" for k, v in SUPPORTED_CONFIGS.items())
-        raise Unsupported(
-            f"{folder}: CTranslate2 has no encoder conversion for model_type {model_type!r} "
-            f"(architectures {config.get('architectures')}); supported: {archs}. "
-            "Serve this model with backend 'torch' or 'onnx'.",
-            code="unsupported_architecture",
-        )
 
 
 def convert_folder(src: Path, dst: Path, *, quantization: str | None = None, force: bool = True) -> Path:
     """Write ``dst`` (may equal ``src``) with the model files and ``dst/ct2/``; returns ``dst``."""
-    from core.convert.onnx_export import copy_model_files
-
     src, dst = Path(src), Path(dst)
     config = json.loads((src / "config.json").read_text())
     check_architecture(config, src)

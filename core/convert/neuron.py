@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from core.backends.buckets import Bucket, Manifest, ManifestEntry, plan_buckets
+from core.convert.files import copy_model_files
 from core.errors import require
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,6 @@ def compile_buckets(src: Path, dst: Path, *, batch_sizes: Iterable[int] = DEFAUL
                     compile_bucket: BucketCompiler | None = None, runtime: str = "neuron",
                     dtype: str | None = "bf16") -> Manifest:
     """Plan the buckets, compile each into ``dst/neuron/<bucket>``, copy the model files, write the manifest."""
-    from core.convert.onnx_export import copy_model_files
-
     src, dst = Path(src), Path(dst)
     config = json.loads((src / "config.json").read_text())
     buckets = plan_buckets(batch_sizes, sequence_lengths, max_positions=config.get("max_position_embeddings"))

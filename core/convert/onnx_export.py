@@ -9,69 +9,20 @@ The fp32 graph is left **plain** by default: with ONNX Runtime 1.32 on CPU the o
 (Attention, EmbedLayerNorm, SkipLayerNorm, BiasGelu) made MiniLM 4–14% *slower* than the plain graph,
 on which the session applies its own online fusions (docs/benchmarks.md, "The plain graph is faster
 than the offline-fused one on CPU"; measure with scripts/bench_graphs.py).
-The fused graph is what the CUDA provider runs best, so ``core/convert/onnx_fp16.py`` fuses before it
-converts to fp16; ``optimize=True`` fuses the fp32 graph too.
+The fused graph (``core/convert/fusion.py``) is what the CUDA provider runs best, so
+``core/convert/onnx_fp16.py`` fuses before it converts to fp16; ``optimize=True`` fuses the fp32 graph too.
+The config, tokenizer and module files are copied as for every converter (``core/convert/files.py``).
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import shutil
 from pathlib import Path
 
+from core.backends.heads import get_head, is_feed_forward
+from core.convert.files import copy_model_files
+from core.convert.fusion import optimize_transformer
 from core.errors import require
-
-log = logging.getLogger(__name__)
-
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ot")
-
-
-def copy_model_files(src: Path, dst: Path) -> None:
-    """Copy everything but the encoder's weights (config, tokenizer, sentence-transformers modules, and the
-    weights of module folders such as ``2_Dense``, which the task runs itself)."""
-    for path in src.rglob("*"):
-        rel = path.relative_to(src)
-        if path.is_dir() or path.suffix in WEIGHT_SUFFIXES or rel.parts[0] in ("onnx", ".git"):
-            continue
-        target = dst / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, target)
-    copy_module_weights(src, dst)
-
-
-def copy_module_weights(src: Path, dst: Path) -> None:
-    """The weights of the sentence-transformers module folders ``modules.json`` lists (``1_Dense``,
-    ``2_Dense``…) as ``model.safetensors`` (a ``pytorch_model.bin`` is converted), and BGE-M3's
-    ``sparse_linear``/``colbert_linear`` heads as ``*.safetensors``: the converted folder serves without torch."""
-    for head in ("sparse_linear", "colbert_linear"):  # BGE-M3's extra heads, as safetensors
-        if (src / f"{head}.safetensors").exists():
-            shutil.copy2(src / f"{head}.safetensors", dst / f"{head}.safetensors")
-        elif (src / f"{head}.pt").exists():
-            torch = require("torch", "export")
-            from safetensors.torch import save_file
-
-            state = torch.load(str(src / f"{head}.pt"), map_location="cpu", weights_only=True)
-            save_file({k: v.contiguous() for k, v in state.items()}, str(dst / f"{head}.safetensors"))
-    modules_file = src / "modules.json"
-    if not modules_file.exists():
-        return
-    for module in json.loads(modules_file.read_text()):
-        sub = str(module.get("path", ""))
-        if sub in ("", "."):
-            continue
-        folder, out = src / sub, dst / sub
-        if (folder / "model.safetensors").exists():
-            out.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(folder / "model.safetensors", out / "model.safetensors")
-        elif (folder / "pytorch_model.bin").exists():
-            torch = require("torch", "export")
-            from safetensors.torch import save_file
-
-            state = torch.load(str(folder / "pytorch_model.bin"), map_location="cpu", weights_only=True)
-            out.mkdir(parents=True, exist_ok=True)
-            save_file({k: v.contiguous() for k, v in state.items()}, str(out / "model.safetensors"))
-
 
 #: bumped whenever the graphs this module writes change (part of the export cache's key)
 EXPORTER_VERSION = "1"
@@ -80,8 +31,6 @@ EXPORTER_VERSION = "1"
 def load_head_model(src: Path, head_name: str):
     """The folder's model for a head of ``core/backends/heads.py`` (its transformers class), fp32, eval mode,
     eager attention (the attention the exported graph traces)."""
-    from core.backends.heads import get_head
-
     torch = require("torch", "export")
     transformers = require("transformers", "export")
     auto = getattr(transformers, get_head(head_name).auto_class)
@@ -101,8 +50,6 @@ def export_model(model, out_file: Path, head_name: str, *, opset: int = 17) -> N
     """``torch.onnx.export`` of a loaded model's head (``load_head_model``) with dynamic batch and sequence axes."""
     import inspect
     import warnings
-
-    from core.backends.heads import get_head
 
     torch = require("torch", "export")
     head = get_head(head_name)
@@ -146,48 +93,12 @@ def export_model(model, out_file: Path, head_name: str, *, opset: int = 17) -> N
 
 
 def head_for_folder(src: Path) -> str:
-    """The head the folder's detected task runs (``encoder`` for embedding models)."""
-    import importlib
-
+    """The head the folder's detected task runs (``encoder`` for embedding models): ``detect_task`` of
+    ``core/loading.py`` and the task's class, as ``Engine.load`` finds them."""
     from core.loading import detect_task, read_model_info
-    from core.tasks import TASKS
+    from core.tasks import task_class
 
-    module, cls = TASKS[detect_task(read_model_info(src))]
-    return getattr(importlib.import_module(module), cls).head
-
-
-def fused_graph(path: Path, config: dict):
-    """The graph at ``path`` with attention/LayerNorm/GELU fused by ONNX Runtime's transformer optimizer
-    (an ``onnx.ModelProto``), or None for model types the optimizer does not know."""
-    from onnxruntime.transformers.optimizer import optimize_model
-
-    model_type = config.get("model_type", "bert")
-    known = {"bert", "roberta", "xlm-roberta", "distilbert", "electra", "mpnet", "bart", "gpt2", "t5"}
-    if model_type not in known:
-        log.warning("no transformer fusions for model_type %r; keeping the plain graph", model_type)
-        return None
-    fused = optimize_model(
-        str(path),
-        model_type="bert" if model_type in ("xlm-roberta", "roberta", "electra", "mpnet") else model_type,
-        num_heads=int(config.get("num_attention_heads", 0)),
-        hidden_size=int(config.get("hidden_size", 0)),
-        opt_level=1,
-        use_gpu=False,
-    )
-    log.info("fusions: %s", fused.get_fused_operator_statistics())
-    fused.topological_sort()  # what its save_model_to_file does before writing
-    return fused.model
-
-
-def optimize_transformer(path: Path, config: dict) -> bool:
-    """Fuse in place (``fused_graph``). Returns False (graph left as exported) for unknown model types."""
-    import onnx
-
-    model = fused_graph(path, config)
-    if model is None:
-        return False
-    onnx.save(model, str(path))
-    return True
+    return task_class(detect_task(read_model_info(src))).head
 
 
 INT8_MODES = ("fast", "accurate")
@@ -208,16 +119,11 @@ def quantize_int8(src_file: Path, dst_file: Path, mode: str = "fast") -> None:
     exclude: list[str] = []
     if mode == "accurate":
         graph = onnx.load(str(src_file), load_external_data=False).graph
-        exclude = [n.name for n in graph.node if n.op_type == "MatMul" and _is_feed_forward(n.name)]
+        exclude = [n.name for n in graph.node if n.op_type == "MatMul" and is_feed_forward(n.name)]
     quantize_dynamic(
         str(src_file), str(dst_file), weight_type=QuantType.QInt8, per_channel=True,
         op_types_to_quantize=["MatMul"], nodes_to_exclude=exclude,
     )
-
-
-def _is_feed_forward(node_name: str) -> bool:
-    """BERT-family naming: ``.../intermediate/dense/MatMul`` and ``.../output/dense/MatMul`` (not attention's)."""
-    return "/intermediate/" in node_name or ("/output/dense/" in node_name and "/attention/" not in node_name)
 
 
 def export_folder(

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from core.errors import InvalidInput
+from core.tasks.vectors import l2_normalize
 from core.tokenization import Encoded, unencodable
 
 
@@ -190,8 +191,6 @@ def prepare_chunked(task, request) -> list[Window]:
 def finish_chunked(request, items: Sequence[Window], vectors: np.ndarray, normalize: bool) -> np.ndarray:
     """Per text: the token-weighted mean of its windows' vectors (already normalized when ``normalize``),
     re-normalized."""
-    from core.tasks.embed import l2_normalize
-
     groups = np.fromiter((it.text for it in items), dtype=np.int64, count=len(items))
     weights = np.fromiter((it.cost for it in items), dtype=np.float64, count=len(items))
     out = np.zeros((len(request.texts), vectors.shape[1]), dtype=np.float64)
@@ -254,8 +253,6 @@ def prepare_late(task, request) -> list[LateWindow]:
 
 def finish_late(task, items: Sequence[LateWindow], token_vectors: list[np.ndarray]) -> np.ndarray:
     """Each chunk's vector: the mean of its span's token vectors, then the model's Dense steps."""
-    from core.tasks.embed import l2_normalize
-
     tokens = np.concatenate(token_vectors, axis=0).astype(np.float32, copy=False)
     pooled = np.stack([tokens[idx].mean(axis=0) for idx in items[0].chunks]).astype(np.float32)
     for step in task.steps:  # Dense modules (and a Normalize between them), as after the model's pooling

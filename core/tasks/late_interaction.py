@@ -31,9 +31,10 @@ from core.errors import InvalidInput, TooLarge
 from core.loading import DenseModule, ModelInfo
 from core.tasks.base import Task
 from core.tasks.dense import DenseLayer
-from core.tasks.embed import EmbedRequest, EmbedResult, l2_normalize
+from core.tasks.embed import EmbedRequest, EmbedResult
 from core.tasks.prompts import resolve_prompt
 from core.tasks.scoring import ScoreResult
+from core.tasks.vectors import l2_normalize
 from core.tokenization import TextTokenizer
 from core.tasks.chunking import refuse_long_input_options
 

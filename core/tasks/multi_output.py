@@ -27,12 +27,14 @@ from core.errors import InvalidInput, MissingDependency
 from core.loading import ModelInfo, read_embed_pipeline
 from core.tasks.base import TextTask
 from core.tasks.dense import load_safetensors
-from core.tasks.embed import EmbedRequest, EmbedResult, l2_normalize, pool, shape_vectors
+from core.tasks.embed import EmbedRequest, EmbedResult
 from core.tasks.late_interaction import ScoreRequest
 from core.tasks.prompts import resolve_prompt
 from core.tasks.scoring import ScoreResult
 from core.tasks.sparse import SparseResult, SparseVector
+from core.tasks.vectors import l2_normalize, pool, shape_vectors
 from core.tasks import chunking
+
 
 def load_linear(folder: Path, name: str) -> tuple[np.ndarray, np.ndarray | None]:
     """``name``.safetensors or ``name``.pt (a torch ``nn.Linear`` state dict): (weight (out, in), bias)."""

@@ -25,7 +25,8 @@ from core.config import ModelSpec
 from core.errors import BackendFailure, InvalidInput, TesseraError, TooLarge, Unsupported, require
 from core.loading import ModelInfo
 from core.tasks.base import Task
-from core.tasks.embed import EmbedRequest, EmbedResult, l2_normalize, shape_vectors
+from core.tasks.embed import EmbedRequest, EmbedResult
+from core.tasks.vectors import l2_normalize, shape_vectors
 from core.tasks.chunking import refuse_long_input_options
 
 

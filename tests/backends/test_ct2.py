@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.backends.ct2 import SUPPORTED_CONFIGS
 from core.backends.registry import resolve_name
 from core.config import ModelSpec, Settings
-from core.convert.ct2 import SUPPORTED_CONFIGS, convert_folder
+from core.convert.ct2 import convert_folder
 from core.engine import Engine, Registry
 from core.errors import InvalidInput, Unsupported
 from core.tasks.embed import EmbedRequest

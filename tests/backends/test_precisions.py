@@ -51,6 +51,25 @@ def test_torch_int8_quantizes_attention_linears_only(minilm_dir):
     assert engine.describe()["dtype"] == "int8"
 
 
+def test_int8_keeps_the_same_feed_forward_layers_fp32_in_torch_and_onnx(minilm_onnx_dir):
+    """One rule (``is_feed_forward``) for torch module names and the exported graph's node names: the
+    accurate int8 graph keeps exactly the feed-forward MatMuls with weights in float, as torch's int8 does."""
+    import onnx
+
+    from core.backends.heads import is_feed_forward
+
+    for name in ("encoder.layer.0.intermediate.dense", "encoder.layer.5.output.dense",
+                 "/inner/encoder/layer.0/intermediate/dense/MatMul", "/encoder/layer.3/output/dense/MatMul"):
+        assert is_feed_forward(name), name
+    for name in ("encoder.layer.0.attention.output.dense", "encoder.layer.0.attention.self.query", "pooler.dense",
+                 "/encoder/layer.0/attention/output/dense/MatMul", "/encoder/layer.0/attention/self/MatMul_1"):
+        assert not is_feed_forward(name), name
+    nodes = onnx.load(str(minilm_onnx_dir / "onnx" / "model_int8_accurate.onnx"), load_external_data=False).graph.node
+    float_matmuls = [n.name for n in nodes if n.op_type == "MatMul" and "/attention/self/" not in n.name]
+    assert len(float_matmuls) == 6 * 2 and all(is_feed_forward(n) for n in float_matmuls)  # intermediate + output
+    assert sum(n.op_type == "MatMulInteger" for n in nodes) == 6 * 4  # q, k, v, attention output
+
+
 def test_new_spec_fields_validate():
     assert ModelSpec(path=".", compile=True, providers=["CPUExecutionProvider"]).compile is True
     with pytest.raises(ValueError):

@@ -17,7 +17,7 @@ from core.engine import Engine
 from core.errors import TesseraError
 from core.tasks.embed import EmbedRequest
 from tests.support import text_models
-from tests.support.cache import cached_build
+from tests.support.cache import ONNX_EXPORT_SOURCES, cached_build
 
 SETTINGS = Settings(threads=2)
 SOURCE = Path(text_models.__file__)
@@ -39,7 +39,7 @@ def decoder_dirs():
                 pytest.importorskip("onnxruntime")
                 from core.convert import onnx_export
 
-                st_dir = cached_build(f"tiny-{family}-embedder-onnx", [SOURCE, Path(onnx_export.__file__)],
+                st_dir = cached_build(f"tiny-{family}-embedder-onnx", [SOURCE, *ONNX_EXPORT_SOURCES],
                                       lambda out: onnx_export.export_folder(st_dir, out))
             built[family, backend] = st_dir
         return built[family, backend]

@@ -21,7 +21,7 @@ from core.errors import TesseraError, TooLarge, Unsupported
 from core.loading import detect_task, read_model_info
 from core.tasks.rerank import RerankRequest
 from tests.support import llm_rerank_models
-from tests.support.cache import cached_build
+from tests.support.cache import ONNX_EXPORT_SOURCES, cached_build
 
 SETTINGS = Settings(threads=2)
 SOURCE = Path(llm_rerank_models.__file__)
@@ -62,7 +62,7 @@ def llm_reranker_dirs():
 
                 src = folder
                 folder = cached_build(f"tiny-qwen3-reranker-{layout}-onnx",
-                                      [SOURCE, TASK_SOURCE, Path(onnx_export.__file__)],
+                                      [SOURCE, TASK_SOURCE, *ONNX_EXPORT_SOURCES],
                                       lambda out: onnx_export.export_folder(src, out))
             built[layout, backend] = folder
         return built[layout, backend]

@@ -18,7 +18,7 @@ from core.tasks.chunking import ChunkOptions, LateChunkOptions
 from core.tasks.embed import EmbedRequest
 from core.tasks.late_interaction import ScoreRequest
 from tests.support import chunk_reference, text_models
-from tests.support.cache import cached_build
+from tests.support.cache import CT2_SOURCES, ONNX_EXPORT_SOURCES, cached_build
 
 SETTINGS = Settings(threads=2)
 SOURCE = Path(text_models.__file__)
@@ -37,12 +37,12 @@ def m3_dirs(minilm_dir):
             if backend == "onnx":
                 from core.convert import onnx_export
 
-                src = cached_build("tiny-bge-m3-onnx", [SOURCE, Path(onnx_export.__file__)],
+                src = cached_build("tiny-bge-m3-onnx", [SOURCE, *ONNX_EXPORT_SOURCES],
                                    lambda out: onnx_export.export_folder(src, out))
             elif backend == "ct2":
                 from core.convert import ct2
 
-                src = cached_build("tiny-bge-m3-ct2", [SOURCE, Path(ct2.__file__)],
+                src = cached_build("tiny-bge-m3-ct2", [SOURCE, *CT2_SOURCES],
                                    lambda out: ct2.convert_folder(src, out))
             built[backend] = src
         return built[backend]

@@ -22,7 +22,7 @@ from core.engine import Engine
 from core.errors import TesseraError, Unsupported
 from core.tasks.embed import EmbedRequest
 from tests.support import text_models
-from tests.support.cache import cached_build
+from tests.support.cache import CT2_SOURCES, ONNX_EXPORT_SOURCES, cached_build
 
 SETTINGS = Settings(threads=2)
 SOURCE = Path(text_models.__file__)
@@ -59,12 +59,12 @@ def pipeline_dirs(tiny_bert_dir):
             from core.convert import onnx_export
 
             built[key] = cached_build(f"st-pipeline-{name.replace('+', '_')}-onnx",
-                                      [SOURCE, Path(onnx_export.__file__)],
+                                      [SOURCE, *ONNX_EXPORT_SOURCES],
                                       lambda out: onnx_export.export_folder(st_dir, out))
         else:
             from core.convert import ct2
 
-            built[key] = cached_build(f"st-pipeline-{name.replace('+', '_')}-ct2", [SOURCE, Path(ct2.__file__)],
+            built[key] = cached_build(f"st-pipeline-{name.replace('+', '_')}-ct2", [SOURCE, *CT2_SOURCES],
                                       lambda out: ct2.convert_folder(st_dir, out))
         return built[key]
 

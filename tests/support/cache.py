@@ -6,7 +6,13 @@ import hashlib
 import shutil
 from pathlib import Path
 
-CACHE = Path(__file__).resolve().parents[2] / ".venv" / "test-cache"
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = ROOT / ".venv" / "test-cache"
+#: the sources that define what a converter writes: a change to any of them rebuilds the folders it wrote
+ONNX_EXPORT_SOURCES = tuple(ROOT / "core" / p for p in ("convert/onnx_export.py", "convert/files.py",
+                                                        "backends/heads.py"))
+CT2_SOURCES = tuple(ROOT / "core" / p for p in ("convert/ct2.py", "convert/files.py", "backends/ct2.py"))
+NEURON_SOURCES = tuple(ROOT / "core" / p for p in ("convert/neuron.py", "convert/files.py", "backends/buckets.py"))
 
 
 def _dangling(folder: Path) -> bool:

@@ -13,7 +13,7 @@ from core.convert import onnx_export
 from core.tasks.classify import ClassifyRequest
 from core.tasks.embed import EmbedRequest
 from core.tasks.rerank import RerankRequest
-from tests.support.cache import cached_build
+from tests.support.cache import ONNX_EXPORT_SOURCES, cached_build
 from tests.support.engines import load_engine
 
 QUERY = "How many people live in Berlin?"
@@ -21,7 +21,7 @@ DOCS = ["Berlin has 3.7 million inhabitants.", "Paris is in France.", "Cats slee
 
 
 def exported(name: str, src: Path) -> Path:
-    return cached_build(name, [Path(onnx_export.__file__), src / "model.safetensors"],
+    return cached_build(name, [*ONNX_EXPORT_SOURCES, src / "model.safetensors"],
                         partial(onnx_export.export_folder, src))
 
 
