@@ -7,15 +7,30 @@ Writes OUT_DIR/onnx/model.onnx (fp32, the plain export: the fastest graph for ON
 provider here), with --int8 OUT_DIR/onnx/model_int8[_accurate].onnx (dynamic int8 quantization), with
 --fp16 OUT_DIR/onnx/model_fp16.onnx (transformer fusions, then fp16: for the CUDA provider), plus the
 tokenizer/config files. --optimize also fuses the fp32 graph (for GPU fp32; slower on CPU here).
-Serve with TESSERA_MODELS='[{"path": "OUT_DIR", "backend": "onnx"}]' (add "dtype": "int8").
+
+Prints one line per stage (export, each int8 variant, fusions, fp16), then checks every graph against
+the torch forward on the export cache's probe texts (worst cosine; the fp32 graph must reach 0.9999,
+the fp16 graph is checked on a GPU only), and ends with the files written, their sizes and the
+TESSERA_MODELS entry that serves each. The exporters' own warnings are hidden (--verbose shows them).
 Needs the [export] extra (torch, transformers, onnx, onnxruntime).
 """
 
+from __future__ import annotations
+
 import argparse
+import json
 import logging
+import sys
+import warnings
 from pathlib import Path
 
-from core.convert.onnx_export import export_folder
+from core.convert.onnx_export import export_folder, head_for_folder, load_head_model
+from core.export_cache import PARITY_MIN_COSINE, compare, graph_outputs, probe_inputs, torch_outputs
+
+#: graph file → the spec fields that serve it (backend onnx)
+SERVED_BY = {"model.onnx": {}, "model_int8.onnx": {"dtype": "int8"},
+             "model_int8_accurate.onnx": {"dtype": "int8", "onnx_file": "onnx/model_int8_accurate.onnx"},
+             "model_fp16.onnx": {"dtype": "float16", "device": "cuda"}}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -33,16 +48,53 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--head", default=None,
                         help="model head to export (encoder, sequence-classification, splade, masked-lm, causal-lm); "
                              "default: the head of the folder's detected task")
+    parser.add_argument("--verbose", action="store_true", help="show the exporters' and quantizer's own messages")
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
+def check(model_dir: Path, out_dir: Path, head: str, out=sys.stdout) -> bool:
+    """One line per graph: its worst cosine against the torch forward; False when the fp32 graph misses."""
+    feeds = probe_inputs(model_dir, head)
+    want = torch_outputs(load_head_model(model_dir, head), head, feeds)
+    ok = True
+    for graph in sorted((out_dir / "onnx").glob("*.onnx")):
+        if graph.name == "model_fp16.onnx":
+            print(f"check {graph.name}: not run on CPU (fp16 is for the CUDA provider)", file=out)
+            continue
+        cosines, _ = compare(graph_outputs(graph, head, feeds), want, feeds["attention_mask"])
+        worst = min(cosines.values())
+        gate = graph.name == "model.onnx"
+        verdict = ("ok" if worst >= PARITY_MIN_COSINE else "BELOW the 0.9999 parity gate") if gate else "int8"
+        ok = ok and (not gate or worst >= PARITY_MIN_COSINE)
+        print(f"check {graph.name}: worst cosine vs torch {worst:.6f} ({verdict})", file=out)
+    return ok
+
+
+def summary(out_dir: Path, out=sys.stdout) -> None:
+    print(f"wrote {out_dir}:", file=out)
+    for graph in sorted((out_dir / "onnx").glob("*.onnx")):
+        size = sum(f.stat().st_size for f in graph.parent.glob(graph.name + "*")) / 1e6  # with external data
+        entry = {"path": str(out_dir), "backend": "onnx", **SERVED_BY.get(graph.name, {"onnx_file": f"onnx/{graph.name}"})}
+        print(f"  onnx/{graph.name}  {size:.1f} MB  TESSERA_MODELS='[{json.dumps(entry)}]'", file=out)
+
+
+def main(argv: list[str] | None = None, out=sys.stdout) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    out = export_folder(args.model_dir, args.out_dir, optimize=args.optimize, int8=tuple(args.int8),
-                        fp16=args.fp16, opset=args.opset, head=args.head)
-    print(f"wrote {out}")
-    return 0
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR, format="%(message)s")
+    logging.getLogger("core").setLevel(logging.INFO)  # the stage lines (and the project's own warnings)
+    if not args.verbose:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+    head = args.head or head_for_folder(args.model_dir)
+    with warnings.catch_warnings():
+        if not args.verbose:
+            warnings.simplefilter("ignore")
+        export_folder(args.model_dir, args.out_dir, optimize=args.optimize, int8=tuple(args.int8),
+                      fp16=args.fp16, opset=args.opset, head=head)
+        ok = check(args.model_dir, args.out_dir, head, out)
+    summary(args.out_dir, out)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -17,12 +17,17 @@ The config, tokenizer and module files are copied as for every converter (``core
 from __future__ import annotations
 
 import json
+import logging
+import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from core.backends.heads import get_head, is_feed_forward
 from core.convert.files import copy_model_files
 from core.convert.fusion import optimize_transformer
 from core.errors import require
+
+log = logging.getLogger(__name__)
 
 #: bumped whenever the graphs this module writes change (part of the export cache's key)
 EXPORTER_VERSION = "1"
@@ -126,6 +131,15 @@ def quantize_int8(src_file: Path, dst_file: Path, mode: str = "fast") -> None:
     )
 
 
+@contextmanager
+def _stage(what: str, out_file: Path):
+    """One log line per stage: what it wrote, its size and how long it took."""
+    started = time.monotonic()
+    yield
+    size = out_file.stat().st_size / 1e6 if out_file.exists() else 0.0
+    log.info("%s: %s (%.1f MB) in %.1fs", what, out_file.name, size, time.monotonic() - started)
+
+
 def export_folder(
     src: Path, dst: Path, *, optimize: bool = False, int8: tuple[str, ...] | bool = (), fp16: bool = False,
     opset: int = 17, head: str | None = None,
@@ -140,7 +154,8 @@ def export_folder(
     copy_model_files(src, dst)
     onnx_file = dst / "onnx" / "model.onnx"
     head = head or head_for_folder(src)
-    export_head(src, onnx_file, head, opset=opset)
+    with _stage(f"export ({head} head, fp32)", onnx_file):
+        export_head(src, onnx_file, head, opset=opset)
     st_config = dst / "config_sentence_transformers.json"
     if head == "causal-lm" and not st_config.exists():  # an LLM reranker stays one, whatever the folder's name
         st_config.write_text(json.dumps({"model_type": "CrossEncoder"}, indent=2) + "\n")
@@ -148,10 +163,14 @@ def export_folder(
     modes = ("fast",) if int8 is True else tuple(int8 or ())
     for mode in modes:  # quantize the plain graph: the quantizer cannot type the fused contrib ops
         suffix = "" if mode == "fast" else f"_{mode}"
-        quantize_int8(onnx_file, dst / "onnx" / f"model_int8{suffix}.onnx", mode)
-    fused = optimize and optimize_transformer(onnx_file, config)
+        out_file = dst / "onnx" / f"model_int8{suffix}.onnx"
+        with _stage(f"int8 {mode}", out_file):
+            quantize_int8(onnx_file, out_file, mode)
+    with _stage("fusions (fp32)", onnx_file) if optimize else nullcontext():
+        fused = optimize and optimize_transformer(onnx_file, config)
     if fp16:  # fused first (unless model.onnx already is), then fp16
         from core.convert.onnx_fp16 import convert_fp16
 
-        convert_fp16(onnx_file, dst / "onnx" / "model_fp16.onnx", config=None if fused else config)
+        with _stage("fp16", dst / "onnx" / "model_fp16.onnx"):
+            convert_fp16(onnx_file, dst / "onnx" / "model_fp16.onnx", config=None if fused else config)
     return dst
