@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hmac
 import importlib.util
 import logging
 import math
@@ -56,6 +55,7 @@ import orjson  # noqa: E402
 from pydantic import Field  # noqa: E402
 
 from core.api.app import create_app  # noqa: E402
+from core.api.keys import ApiKeys  # noqa: E402
 from core.api.lifecycle import StartBatchers  # noqa: E402
 from core.config import ModelSpec, Settings, default_model_path, settings_from_env  # noqa: E402
 from core.engine import Registry  # noqa: E402
@@ -247,22 +247,13 @@ def _headers(event: Mapping[str, Any]) -> dict[str, str]:
     return headers
 
 
-def authorized(event: Mapping[str, Any], keys: list[bytes]) -> bool:
-    """Whether the app would accept the request's API key (the same headers its ``Gate`` reads), so that
-    an early refusal never answers a request the app would refuse as unauthorized."""
-    if not keys:
-        return True
-    headers = _headers(event)
-    scheme, _, token = headers.get("authorization", "").partition(" ")
-    bearer = token.strip() if scheme.lower() == "bearer" else ""
-    given = (bearer or headers.get("x-api-key", "").strip() or headers.get("api-key", "").strip()).encode()
-    matched = False
-    for key in keys:
-        matched |= hmac.compare_digest(given, key)
-    return matched
+def authorized(event: Mapping[str, Any], keys: ApiKeys) -> bool:
+    """Whether the app would accept the request's API key (read as the app's gate reads it), so that an
+    early refusal never answers a request the app would refuse as unauthorized."""
+    return keys.allow((k.encode(), v.encode()) for k, v in _headers(event).items())
 
 
-def refused_early(event: Mapping[str, Any], registry: Registry, limit: int, keys: list[bytes],
+def refused_early(event: Mapping[str, Any], registry: Registry, limit: int, keys: ApiKeys,
                   max_items: int | None = None) -> dict | None:
     """The 413 for a request whose answer cannot fit the payload limit, before any inference."""
     least = least_response_bytes(event, registry, max_items)
@@ -310,7 +301,7 @@ registry = Registry.from_settings(settings, tracer=tracer)
 # no health check on Lambda: an environment that cannot serve fails init (StartupFailed → init error)
 registry.raise_if_unusable()
 app = create_app(settings, registry=registry, tracer=tracer)
-_api_keys = [k.encode() for k in settings.all_api_keys()]
+_api_keys = ApiKeys(settings.all_api_keys())
 _mangum = require("mangum", "lambda")
 asgi = _mangum.Mangum(StartBatchers(app, registry), lifespan="off")
 #: the loop every invocation runs in (the batchers live in it between invocations)

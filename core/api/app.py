@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import signal
 import threading
@@ -19,6 +18,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.api.encode import dumps
+from core.api.keys import ApiKeys
 from core.api.admission import BodyReader, Drainer, InProgress
 from core.api.cors import Cors
 from core.api.guard import UnhandledErrors
@@ -87,41 +87,50 @@ def body_parse_error(cause: BaseException) -> InvalidInput:
     return InvalidInput(f"request body is not valid JSON: {reason}", code="invalid_json")
 
 
-class Gate:
-    """Pure-ASGI middleware: API keys, in-flight cap, request metrics. Cheap on the hot path. (The body's
-    size and arrival time are bounded before it, by ``core.api.admission.BodyReader``.)"""
+class InflightLimit:
+    """Admission of API work: refused while the server drains (SIGTERM) and past the in-flight cap."""
 
-    def __init__(self, app: ASGIApp, *, settings: Settings, metrics: Metrics, state,
-                 health_paths: frozenset[str] = frozenset()):
-        self.app = app
-        self.keys = [k.encode() for k in settings.all_api_keys()]
-        self.open_paths = OPEN_PATHS | health_paths | ({"/metrics"} if settings.metrics_public else set())
-        self.service_paths = SERVICE_PATHS | health_paths
+    def __init__(self, settings: Settings, metrics: Metrics, state):
         self.max_inflight = settings.max_inflight_requests
         self.retry_after = settings.retry_after_s
         self.metrics = metrics
         self.state = state  # app.state: .draining is set on SIGTERM
         self.inflight = 0
 
-    def _authorized(self, scope: Scope) -> bool:
-        if not self.keys or route_path(scope) in self.open_paths:
-            return True
-        # a Bearer token wins; x-api-key / api-key otherwise (also when Authorization carries a SigV4
-        # signature, as for AWS_IAM function URLs), whatever the order of the headers
-        bearer = api_key = b""
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization":
-                scheme, _, rest = value.partition(b" ")
-                if scheme.lower() == b"bearer":
-                    bearer = rest.strip()
-            elif name in (b"x-api-key", b"api-key"):
-                api_key = value.strip()
-        token = bearer or api_key
-        # compare against every key in constant time (no early exit that leaks which key matched)
-        matched = False
-        for key in self.keys:
-            matched |= hmac.compare_digest(token, key)
-        return matched
+    def refusal(self) -> TesseraError | None:
+        if self.state.draining:
+            note_rejection("draining")
+            return NotReady("server is shutting down; retry on another instance")
+        if self.inflight >= self.max_inflight:
+            note_rejection("inflight_limit")
+            return Overloaded(f"{self.inflight} requests in progress (limit {self.max_inflight}); retry later",
+                              retry_after=self.retry_after)
+        return None
+
+    async def run(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+        self.inflight += 1
+        self.metrics.inflight.inc()
+        try:
+            await app(scope, receive, send)
+        finally:
+            self.inflight -= 1
+            self.metrics.inflight.dec()
+
+
+class Gate:
+    """Pure-ASGI middleware in front of the routes, cheap on the hot path: the API key (``ApiKeys``), then
+    admission (``InflightLimit``: draining, the in-flight cap) for all but the service paths, and one
+    request-metrics observation per request. (The body's size and arrival time are bounded before it,
+    by ``core.api.admission.BodyReader``.)"""
+
+    def __init__(self, app: ASGIApp, *, settings: Settings, metrics: Metrics, state,
+                 health_paths: frozenset[str] = frozenset()):
+        self.app = app
+        self.keys = ApiKeys(settings.all_api_keys())
+        self.open_paths = OPEN_PATHS | health_paths | ({"/metrics"} if settings.metrics_public else set())
+        self.service_paths = SERVICE_PATHS | health_paths
+        self.admission = InflightLimit(settings, metrics, state)
+        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -137,38 +146,23 @@ class Gate:
             await send(message)
 
         try:
-            if not self._authorized(scope):
+            path = route_path(scope)
+            if path not in self.open_paths and not self.keys.allow(scope.get("headers", ())):
                 await error_response(Unauthorized("missing or wrong API key (send 'Authorization: Bearer KEY')"))(
                     scope, receive, send_wrapper
                 )
                 return
-            if route_path(scope) in self.service_paths:
+            if path in self.service_paths:
                 await self.app(scope, receive, send_wrapper)
                 return
-            refusal = self._refusal(scope)
+            refusal = self.admission.refusal()
             if refusal is not None:
                 await error_response(refusal)(scope, receive, send_wrapper)
                 return
-            self.inflight += 1
-            self.metrics.inflight.inc()
-            try:
-                await self.app(scope, receive, send_wrapper)
-            finally:
-                self.inflight -= 1
-                self.metrics.inflight.dec()
+            await self.admission.run(self.app, scope, receive, send_wrapper)
         finally:
             route = scope.get("route")
             self.metrics.observe_request(getattr(route, "path", "unmatched"), status, time.perf_counter() - started)
-
-    def _refusal(self, scope: Scope) -> TesseraError | None:
-        if self.state.draining:
-            note_rejection("draining")
-            return NotReady("server is shutting down; retry on another instance")
-        if self.inflight >= self.max_inflight:
-            note_rejection("inflight_limit")
-            return Overloaded(f"{self.inflight} requests in progress (limit {self.max_inflight}); retry later",
-                              retry_after=self.retry_after)
-        return None
 
 
 def drain_on_sigterm(state, on_term: Callable[[], None] | None = None) -> Callable[[], None]:

@@ -221,7 +221,7 @@ def test_answer_that_cannot_fit_is_refused_before_inference(lambda_module, monke
     assert invoke(lambda_module, _embed_event(texts, dimensions=128)).status == 200
     assert calls == [1500, 1500]
     # the early check answers only requests the app would authorize (the app's 401 comes first)
-    keys = [b"secret-key"]
+    keys = lambda_module.ApiKeys(["secret-key"])
     event = _embed_event(texts)
     assert lambda_module.refused_early(event, lambda_module.registry, lambda_module.settings.lambda_max_response_bytes, keys) is None
     event["headers"]["authorization"] = "Bearer secret-key"
