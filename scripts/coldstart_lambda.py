@@ -5,7 +5,7 @@
 
 ``--client ric`` (the default) runs the handler the way the Lambda Python base image does:
 ``python -m awslambdaric handler.handler`` (AWS's runtime interface client, from the dev extra) in a
-new process, against a Runtime API stand-in on 127.0.0.1 (tests/adapters/runtime_api.py) that hands
+new process, against a Runtime API stand-in on 127.0.0.1 (benchmarks/lambda_runtime.py) that hands
 it one function-URL embedding event. Measured per run: from the process's start (Python's own start-up
 included) to the end of init (the handler's "init done" log line) and to the first answer posted to
 the Runtime API; the process's peak RSS (VmHWM in /proc) and whether any torch library is mapped.
@@ -27,6 +27,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from benchmarks.lambda_runtime import RuntimeAPI, RuntimeProcess, mapped_files
 
 ROOT = Path(__file__).resolve().parents[1]
 HANDLER = ROOT / "adapters" / "lambda" / "handler.py"
@@ -70,9 +72,6 @@ def _peak_rss_mb(pid: int) -> float:
 
 
 def run_ric(memory: int) -> dict:
-    sys.path.insert(0, str(ROOT))
-    from tests.adapters.runtime_api import RuntimeAPI, RuntimeProcess, mapped_files
-
     env = {k: v for k, v in os.environ.items() if k.startswith("TESSERA_")}
     env["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] = str(memory)
     with RuntimeAPI() as api:
