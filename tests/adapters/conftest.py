@@ -3,7 +3,6 @@ no torch in the serving path) behind every surface, each built once per session.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -16,18 +15,12 @@ import pytest
 
 from tests.adapters.contract import MODEL, Case, Reply
 from tests.adapters.events import LambdaContext
+from tests.support.modules import load_by_path
 from tests.support.server import ROOT, free_port, running_process
 
 LAMBDA_HANDLER = ROOT / "adapters" / "lambda" / "handler.py"
 MODAL_APP = ROOT / "adapters" / "modal" / "app.py"
 SERVE = ROOT / "adapters" / "sagemaker" / "serve"
-
-
-def load_by_path(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def int8_spec(minilm_dir: Path, onnx_file: Path) -> dict:

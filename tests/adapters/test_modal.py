@@ -15,14 +15,14 @@ import numpy as np
 
 import pytest
 
-from tests.adapters.conftest import (MODAL_APP, MODAL_ENV, load_by_path, modal_env, modal_instance,
-                                     modal_restore_phase, modal_snapshot_phase)
+from tests.adapters.conftest import (MODAL_APP, MODAL_ENV, modal_env, modal_instance, modal_restore_phase,
+                                     modal_snapshot_phase)
 from tests.adapters.contract import MODEL, THREE
+from tests.support.modules import load_by_path
 from tests.support.server import ROOT
 
 OFFLINE_IMPORT = r"""
 import importlib.util, json, os, sys
-sys.path.insert(0, sys.argv[2])
 spec = importlib.util.spec_from_file_location("tessera_modal_app", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
@@ -34,8 +34,8 @@ print(json.dumps({"app": module.app.name, "cls": type(module.Tessera).__name__,
 
 
 def test_imports_offline_without_credentials(tmp_path):
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # no ~/.modal.toml, no MODAL_TOKEN_*
-    done = subprocess.run([sys.executable, "-c", OFFLINE_IMPORT, str(MODAL_APP), str(ROOT)], cwd=tmp_path, env=env,
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}  # no ~/.modal.toml, no MODAL_TOKEN_*
+    done = subprocess.run([sys.executable, "-c", OFFLINE_IMPORT, str(MODAL_APP)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -108,8 +108,8 @@ def test_bulk_helpers(modal_module, tmp_path):
 
 SNAPSHOT_PHASES = r"""
 import asyncio, json, sys
-sys.path.insert(0, sys.argv[2])
-from tests.adapters.conftest import load_by_path, modal_hooks
+from tests.adapters.conftest import modal_hooks
+from tests.support.modules import load_by_path
 
 report = {}
 module = load_by_path("tessera_modal_app", __import__("pathlib").Path(sys.argv[1]))
@@ -167,7 +167,7 @@ vectors = asyncio.run(module.Tessera._get_partial_functions()["embed_shard"]._ge
 from core.config import ModelSpec, Settings
 from core.engine import Registry
 from core.inprocess import AsyncEngine
-settings = Settings(models=[ModelSpec(path=sys.argv[3], name="ref", backend="torch")])
+settings = Settings(models=[ModelSpec(path=sys.argv[2], name="ref", backend="torch")])
 reference = asyncio.run(AsyncEngine(settings, Registry.from_settings(settings)).embed(texts, "ref"))
 report["shape"] = list(vectors.shape)
 report["max_abs_diff"] = float(abs(vectors - reference).max())
@@ -185,8 +185,8 @@ def test_snapshot_phase_leaves_torch_and_the_weights_in_memory(minilm_dir, packa
               {"path": str(minilm_dir), "name": "minilm-onnx", "backend": "onnx", "device": "cuda",
                "dtype": "int8", "onnx_file": str(packaged_int8_onnx)}]
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("TESSERA_")}
-    env.update({"TESSERA_MODELS": json.dumps(models), "HOME": str(tmp_path)})
-    done = subprocess.run([sys.executable, "-c", SNAPSHOT_PHASES, str(MODAL_APP), str(ROOT), str(minilm_dir)],
+    env.update({"TESSERA_MODELS": json.dumps(models), "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)})
+    done = subprocess.run([sys.executable, "-c", SNAPSHOT_PHASES, str(MODAL_APP), str(minilm_dir)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])

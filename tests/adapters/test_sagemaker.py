@@ -142,10 +142,9 @@ def test_client_request_shape_with_stubber(sagemaker_server):
     from botocore.response import StreamingBody
     from botocore.stub import Stubber
 
-    from tests.adapters.conftest import load_by_path
-    from tests.support.server import ROOT
+    from tests.support.modules import load_script
 
-    script = load_by_path("invoke_sagemaker", ROOT / "scripts" / "invoke_sagemaker.py")
+    script = load_script("invoke_sagemaker")
     client = boto3.client("sagemaker-runtime", region_name="us-east-1", aws_access_key_id="test",
                           aws_secret_access_key="test")
     body = {"input": THREE}

@@ -13,7 +13,9 @@ import stat
 import pytest
 from botocore.stub import Stubber
 
-from .conftest import LAMBDA_TEMPLATE, ROOT, SAGEMAKER_TEMPLATE, load_script
+from tests.support.modules import load_script
+
+from .conftest import LAMBDA_TEMPLATE, ROOT, SAGEMAKER_TEMPLATE
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/tessera-lambda:arm64"
 URL = "https://abcdefg.lambda-url.us-east-1.on.aws/"

@@ -10,9 +10,8 @@ import httpx
 import pytest
 from botocore.credentials import Credentials
 
+from tests.support.modules import load_script
 from tests.support.server import running_server
-
-from .conftest import load_script
 
 CREDS = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", token="session-token")
 
