@@ -34,7 +34,8 @@ print(json.dumps({"app": module.app.name, "cls": type(module.Tessera).__name__,
 
 
 def test_imports_offline_without_credentials(tmp_path):
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}  # no ~/.modal.toml, no MODAL_TOKEN_*
+    # no ~/.modal.toml, no MODAL_TOKEN_*
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", OFFLINE_IMPORT, str(MODAL_APP)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -74,7 +75,7 @@ def test_app_definition_carries_gpu_volume_and_concurrency(modal_module):
     assert hooks["web"].params.webhook_config.requires_proxy_auth is False  # TESSERA_MODAL_PROXY_AUTH unset
     assert Flags.CALLABLE_INTERFACE in hooks["embed_shard"].flags
     # the container sees the same configuration through its environment
-    env = json.loads(json.dumps(modal_module.CONTAINER_ENV))
+    env = json.loads(json.dumps(modal_module.DEPLOY.container_env()))
     assert json.loads(env["TESSERA_MODELS"])[0]["name"] == MODEL
     assert env["TESSERA_MODAL_GPU"] == "L40S,A100,L4"
 
@@ -301,7 +302,7 @@ def test_no_api_key_in_the_image_or_the_definition(modal_with_secret):
     sent = [s._load_env_dict() for s in secrets if getattr(s, "_load_env_dict", None) is not None]
     assert len(sent) == 1 and "TESSERA_MODELS" in sent[0]
     assert "TESSERA_API_KEYS" not in sent[0] and DEPLOY_KEY not in json.dumps(sent[0])
-    assert DEPLOY_KEY not in json.dumps(modal_with_secret.CONTAINER_ENV)
+    assert DEPLOY_KEY not in json.dumps(modal_with_secret.DEPLOY.container_env())
     assert hooks["web"].params.webhook_config.requires_proxy_auth is True
     assert options["target_concurrent_inputs_int"] == 20 and options["max_concurrent_inputs"] == 32
 
@@ -314,6 +315,73 @@ def test_deploy_time_keys_without_a_secret_are_refused(modal_module):
     finally:
         MODAL_ENV.pop("TESSERA_API_KEYS")
     assert DEPLOY_KEY not in str(raised.value)
+
+
+SETTINGS_ALONE = r"""
+import importlib.abc, json, sys
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("modal", "core"):
+            raise ImportError(f"{name} is blocked in this process")
+        return None
+
+sys.meta_path.insert(0, Block())
+from adapters.modal.settings import deploy_time_keys_problem, modal_settings
+
+defaults = modal_settings({})
+given = modal_settings({"TESSERA_MODAL_GPU": " A10G, ,L4 ", "TESSERA_MODAL_MAX_INPUTS": "10",
+                        "TESSERA_MODAL_SNAPSHOT": "0", "TESSERA_MODAL_PROXY_AUTH": "1"})
+print(json.dumps({"defaults": [defaults.app_name, defaults.gpus, defaults.max_inputs, defaults.target_inputs,
+                               defaults.snapshot, defaults.proxy_auth, json.loads(defaults.models)[0]["path"]],
+                  "given": [given.gpus, given.max_inputs, given.target_inputs, given.snapshot, given.proxy_auth],
+                  "refused": deploy_time_keys_problem({"TESSERA_API_KEYS": '["sk-1"]'}),
+                  "with_secret": deploy_time_keys_problem({"TESSERA_API_KEYS": '["sk-1"]',
+                                                           "TESSERA_MODAL_SECRET": "tessera-keys"}),
+                  "none": deploy_time_keys_problem({})}))
+"""
+
+
+def test_deploy_settings_and_the_key_check_import_without_modal_or_core(tmp_path):
+    """adapters/modal/settings.py (what scripts/deploy.py loads for its dry run) needs neither package."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", SETTINGS_ALONE], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["defaults"] == ["tessera", ["L4", "A10G", "T4"], 64, 48, True, False, "/models/all-MiniLM-L6-v2"]
+    assert result["given"] == [["A10G", "L4"], 10, 7, False, True]  # the target: 3/4 of the cap
+    assert "put them in a Modal Secret" in result["refused"] and "sk-1" not in result["refused"]
+    assert result["with_secret"] is None and result["none"] is None
+
+
+def test_the_image_ships_what_the_app_file_imports(modal_module, tmp_path):
+    """A container imports the app file with only the image's local sources beside it: the files the
+    image's mounts put under /root, laid out in a folder, are enough to import it (outside the checkout)."""
+    import shutil
+
+    from modal._utils.async_utils import synchronizer
+    from modal.mount import _Mount
+
+    image = synchronizer._translate_in(modal_module.image)
+    todo, mounts = [image], []
+    while todo:  # the mount layers sit in the image's dependencies
+        for dep in todo.pop()._deps():
+            (mounts if isinstance(dep, _Mount) else todo).append(dep)
+    root = tmp_path / "root"
+    for mount in mounts:
+        for entry in mount._entries:
+            for local, remote in entry.get_files_to_upload():
+                target = root / str(remote).removeprefix("/root/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(local, target)
+    assert (root / "adapters" / "modal" / "settings.py").is_file() and (root / "core" / "engine.py").is_file()
+    shutil.copyfile(MODAL_APP, root / "app.py")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root), "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", "import app; print(app.app.name)"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "tessera"
 
 
 def test_a_rotated_key_is_read_after_restore(modal_module):
@@ -403,7 +471,7 @@ def test_seed_volume_fetches_a_hub_model_into_the_volume_cache(modal_module, min
     commits: list = []
     monkeypatch.setattr(modal_module, "HF_HOME", str(tmp_path / "huggingface"))
     monkeypatch.setattr(modal_module, "volume", type("Volume", (), {"commit": lambda self: commits.append(1)})())
-    assert modal_module.CONTAINER_ENV["HF_HOME"] == "/models/huggingface"
+    assert modal_module.DEPLOY.container_env()["HF_HOME"] == "/models/huggingface"
     repo = Repo.build({"main": folder_files(minilm_dir)})
     seed = synchronizer._translate_in(modal_module.seed_volume)._raw_f
     with HubStandIn({"acme/mini": repo}) as hub:
