@@ -22,6 +22,7 @@ from core.loading import detect_task, read_model_info
 from core.tasks.rerank import RerankRequest
 from tests.support import llm_rerank_models
 from tests.support.cache import cached_build
+from tests.support.sentences import DOCS, QUERY
 
 SETTINGS = Settings(threads=2)
 SOURCE = Path(llm_rerank_models.__file__)
@@ -34,15 +35,6 @@ CARD_PREFIX = ("<|im_start|>system\nJudge whether the Document meets the require
 CARD_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 CARD_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
 
-QUERY = "How many people live in Berlin?"
-DOCS = [
-    "Berlin has a population of 3.5 million registered inhabitants.",
-    "The capital of France is Paris.",
-    "Berlin is well known for its museums.",
-    "Cats sleep most of the day.",
-    "About 3.7 million people lived in Berlin in 2023, making it the EU's most populous city.",
-    "",
-]
 LONG_DOC = " ".join(["Berlin is a large city with many parks, rivers and lakes."] * 60)
 
 
