@@ -1,15 +1,24 @@
 """An HTTP server on 127.0.0.1 (a free port), served from a thread: the one start and stop of the loopback
 stand-ins (``media``'s media server, ``lambda_runtime``'s Runtime API; in the tests, the Hugging Face Hub
-and the OTLP collector). It binds loopback only."""
+and the OTLP collector). It binds loopback only. And ``free_port``, for a server started in another
+process."""
 
 from __future__ import annotations
 
+import socket
 import sys
 import threading
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on now (for a server process to bind next)."""
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
 
 
 class Handler(BaseHTTPRequestHandler):
