@@ -1,23 +1,12 @@
-"""Servers started as users start them (``python -m core serve ...``) on loopback, and a tiny CLIP."""
+"""Servers started as users start them (``python -m core serve ...``) on loopback."""
 
 from __future__ import annotations
 
 import os
 import sys
 from contextlib import contextmanager
-from pathlib import Path
 
-import pytest
-
-from tests.multimodal import tiny_models
-from tests.support.cache import cached_build
 from tests.support.server import ROOT, free_port, running_process
-
-
-@pytest.fixture(scope="session")
-def clip_dir() -> Path:
-    return cached_build("tiny-clip", [Path(tiny_models.__file__)], tiny_models.build_clip)
-
 
 @contextmanager
 def cli_server(args: list[str], env: dict[str, str] | None = None, *, ready_path: str = "/ready",
