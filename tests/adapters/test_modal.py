@@ -19,7 +19,7 @@ from tests.adapters.conftest import (MODAL_APP, MODAL_ENV, modal_env, modal_inst
                                      modal_snapshot_phase)
 from tests.adapters.contract import MODEL, THREE
 from tests.support.modules import load_by_path
-from tests.support.server import ROOT
+from tests.support.server import ROOT, environ_without_settings
 
 OFFLINE_IMPORT = r"""
 import importlib.util, json, os, sys
@@ -185,7 +185,7 @@ def test_snapshot_phase_leaves_torch_and_the_weights_in_memory(minilm_dir, packa
                "dtype": "float16"},
               {"path": str(minilm_dir), "name": "minilm-onnx", "backend": "onnx", "device": "cuda",
                "dtype": "int8", "onnx_file": str(packaged_int8_onnx)}]
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("TESSERA_")}
+    env = environ_without_settings()
     env.update({"TESSERA_MODELS": json.dumps(models), "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)})
     done = subprocess.run([sys.executable, "-c", SNAPSHOT_PHASES, str(MODAL_APP), str(minilm_dir)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)

@@ -4,7 +4,6 @@ minutes, a held thread or a 500. Each test measures the server process itself (p
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import struct

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from contextlib import contextmanager
 
-from tests.support.server import ROOT, free_port, running_process
+from tests.support.server import ROOT, environ_without_settings, free_port, running_process
 
 @contextmanager
 def cli_server(args: list[str], env: dict[str, str] | None = None, *, ready_path: str = "/ready",
@@ -14,7 +13,7 @@ def cli_server(args: list[str], env: dict[str, str] | None = None, *, ready_path
     """``python -m core serve ARGS --host 127.0.0.1 --port <free>``; yields (base URL, log file path).
     The environment is this one without TESSERA_* / OTEL_* variables, plus ``env``."""
     port = free_port()
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("TESSERA_", "OTEL_"))}
+    full_env = environ_without_settings("OTEL_")
     full_env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
                      "TESSERA_THREADS": "2", **(env or {})})
     cmd = [sys.executable, "-m", "core", "serve", *args, "--host", "127.0.0.1", "--port", str(port)]

@@ -13,9 +13,17 @@ import httpx
 
 from benchmarks.loopback import free_port
 
-__all__ = ["ROOT", "free_port", "running_process", "running_server", "uvicorn_command"]
+__all__ = ["ROOT", "environ_without_settings", "free_port", "running_process", "running_server",
+           "uvicorn_command"]
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def environ_without_settings(*prefixes: str) -> dict[str, str]:
+    """This process's environment without its ``TESSERA_*`` variables (and those starting with any of
+    ``prefixes``): a developer's own settings never reach a server under test."""
+    drop = ("TESSERA_", *prefixes)
+    return {k: v for k, v in os.environ.items() if not k.startswith(drop)}
 
 
 def uvicorn_command(app: str, port: int, *options: str) -> list[str]:
