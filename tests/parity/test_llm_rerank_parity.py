@@ -20,12 +20,13 @@ from core.engine import Engine
 from core.errors import TesseraError, TooLarge, Unsupported
 from core.loading import detect_task, read_model_info
 from core.tasks.rerank import RerankRequest
-from tests.support import llm_rerank_models
+from tests.support import llm_rerank_models, text_models
 from tests.support.cache import cached_build
 from tests.support.sentences import DOCS, QUERY
 
 SETTINGS = Settings(threads=2)
-SOURCE = Path(llm_rerank_models.__file__)
+# the builders, and the tokenizer helpers they share with the decoder embedders
+SOURCES = [Path(llm_rerank_models.__file__), Path(text_models.__file__)]
 TASK_SOURCE = Path(llm_rerank_models.__file__).parents[2] / "core" / "tasks" / "llm_rerank.py"
 TOL = 1e-5  # fp32
 
@@ -44,9 +45,9 @@ def llm_reranker_dirs():
 
     def get(layout: str = "original", backend: str = "torch") -> Path:
         if (layout, backend) not in built:
-            folder = cached_build("tiny-qwen3-reranker", [SOURCE, TASK_SOURCE], llm_rerank_models.build_causal_lm)
+            folder = cached_build("tiny-qwen3-reranker", [*SOURCES, TASK_SOURCE], llm_rerank_models.build_causal_lm)
             if layout == "st":
-                folder = cached_build("tiny-qwen3-reranker-st", [SOURCE, TASK_SOURCE],
+                folder = cached_build("tiny-qwen3-reranker-st", [*SOURCES, TASK_SOURCE],
                                       partial(llm_rerank_models.build_st_layout, folder))
             if backend == "onnx":
                 pytest.importorskip("onnxruntime")
@@ -54,7 +55,7 @@ def llm_reranker_dirs():
 
                 src = folder
                 folder = cached_build(f"tiny-qwen3-reranker-{layout}-onnx",
-                                      [SOURCE, TASK_SOURCE, Path(onnx_export.__file__)],
+                                      [*SOURCES, TASK_SOURCE, Path(onnx_export.__file__)],
                                       lambda out: onnx_export.export_folder(src, out))
             built[layout, backend] = folder
         return built[layout, backend]
