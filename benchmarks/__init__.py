@@ -1,10 +1,13 @@
 """Benchmark and measurement code for a checkout of Tessera; ``scripts/bench*.py``, ``compare_infinity.py``,
-``profile_server.py`` and ``soak.py`` are thin command lines over it, and the tests reuse its sample data.
+``profile_server.py``, ``soak.py`` and ``coldstart_lambda.py`` are thin command lines over it, and the tests
+reuse its sample data and its stand-ins.
 
 Modules (each small, each one job):
 
 - ``texts``: the deterministic benchmark texts (short / long / mixed) and the varied sample sentences
 - ``media``: sample images and sounds, and a loopback HTTP server that serves them
+- ``loopback``: the thread-served HTTP server on 127.0.0.1 under every loopback stand-in
+- ``lambda_runtime``: a Lambda Runtime API stand-in and AWS's runtime client run against it (cold start)
 - ``artifacts``: model folders prepared once under ``.venv/models/`` (ONNX export, CTranslate2), token counts
 - ``server``: start a Tessera server on loopback, the one ready-check, the process's CPU and memory
 - ``load``: the closed-loop HTTP load generator (every response verified), also split over processes

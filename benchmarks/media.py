@@ -5,14 +5,14 @@ benchmark and the multi-modal tests both use them."""
 from __future__ import annotations
 
 import base64
-import http.server
 import io
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from benchmarks.loopback import Handler, LoopbackServer
 
 
 def png(size=(40, 30), color=(255, 0, 0), mode="RGB", shape: str | None = "circle") -> bytes:
@@ -60,14 +60,6 @@ class Route:
     header_dribble_s: float = 0.0  # between bytes of the status line and headers (a slow-loris server)
 
 
-class _QuietServer(http.server.ThreadingHTTPServer):
-    def handle_error(self, request, client_address):  # a client that hangs up early is expected here
-        import sys
-
-        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
-            super().handle_error(request, client_address)
-
-
 class MediaServer:
     """``http.server`` on 127.0.0.1 (a free port) with fixed routes; records every request it gets."""
 
@@ -78,7 +70,7 @@ class MediaServer:
         self.sni: list[str | None] = []
         outer = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
+        class MediaHandler(Handler):
             protocol_version = "HTTP/1.1"
 
             def do_GET(self):  # noqa: N802 - http.server's naming
@@ -123,20 +115,16 @@ class MediaServer:
                 self.wfile.write(route.body)
                 self.close_connection = True
 
-            def log_message(self, *args):
-                pass
-
-        self._server = _QuietServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.port = self._server.server_address[1]
-        self.base = f"http://127.0.0.1:{self.port}"
+        self._http = LoopbackServer(MediaHandler, name="media-server")
+        self.port = self._http.port
+        self.base = self._http.url
         if tls is not None:
             import ssl
 
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(*tls)
             context.sni_callback = lambda sock, name, ctx: self.sni.append(name)
-            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            self._http.server.socket = context.wrap_socket(self._http.server.socket, server_side=True)
             self.base = f"https://127.0.0.1:{self.port}"
 
     def add(self, path: str, route: Route) -> str:
@@ -145,10 +133,5 @@ class MediaServer:
 
     @contextmanager
     def running(self):
-        thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        thread.start()
-        try:
+        with self._http:
             yield self
-        finally:
-            self._server.shutdown()
-            self._server.server_close()

@@ -5,7 +5,7 @@
 
 ``--client ric`` (the default) runs the handler the way the Lambda Python base image does:
 ``python -m awslambdaric handler.handler`` (AWS's runtime interface client, from the dev extra) in a
-new process, against a Runtime API stand-in on 127.0.0.1 (tests/adapters/runtime_api.py) that hands
+new process, against a Runtime API stand-in on 127.0.0.1 (benchmarks/lambda_runtime.py) that hands
 it one function-URL embedding event. Measured per run: from the process's start (Python's own start-up
 included) to the end of init (the handler's "init done" log line) and to the first answer posted to
 the Runtime API; the process's peak RSS (VmHWM in /proc) and whether any torch library is mapped.
@@ -27,6 +27,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from benchmarks.lambda_runtime import RuntimeAPI, RuntimeProcess, mapped_files
+from benchmarks.server import peak_rss_mb
 
 ROOT = Path(__file__).resolve().parents[1]
 HANDLER = ROOT / "adapters" / "lambda" / "handler.py"
@@ -64,15 +67,7 @@ def run_import(memory: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _peak_rss_mb(pid: int) -> float:
-    match = re.search(r"VmHWM:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
-    return int(match.group(1)) / 1024 if match else float("nan")
-
-
 def run_ric(memory: int) -> dict:
-    sys.path.insert(0, str(ROOT))
-    from tests.adapters.runtime_api import RuntimeAPI, RuntimeProcess, mapped_files
-
     env = {k: v for k, v in os.environ.items() if k.startswith("TESSERA_")}
     env["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] = str(memory)
     with RuntimeAPI() as api:
@@ -87,12 +82,12 @@ def run_ric(memory: int) -> dict:
             if outcome.kind != "response" or outcome.body.get("statusCode") != 200:
                 raise SystemExit(f"cold start run failed: {outcome.body}\n{proc.stdout[-3000:]}")
             files = mapped_files(proc.proc.pid)
-            rss = _peak_rss_mb(proc.proc.pid)
+            rss = peak_rss_mb(proc.proc.pid)
             init_line = re.search(r"init done in ([\d.]+)s: .*?, (\d+) threads", proc.stdout)
     # the handler's own init time, from the import of its module; plus what came before it (interpreter
     # start, the client's import) ≈ first answer - init - the request
     return {"first_response_s": first, "init_s": float(init_line.group(1)) if init_line else float("nan"),
-            "peak_rss_mb": rss, "torch_loaded": any("torch" in f.lower() for f in files),
+            "peak_rss_mb": float("nan") if rss is None else rss, "torch_loaded": any("torch" in f.lower() for f in files),
             "threads": int(init_line.group(2)) if init_line else 0}
 
 

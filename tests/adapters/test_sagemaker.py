@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import io
-import os
 import signal
 import threading
 import time
@@ -142,10 +141,9 @@ def test_client_request_shape_with_stubber(sagemaker_server):
     from botocore.response import StreamingBody
     from botocore.stub import Stubber
 
-    from tests.adapters.conftest import load_by_path
-    from tests.support.server import ROOT
+    from tests.support.modules import load_script
 
-    script = load_by_path("invoke_sagemaker", ROOT / "scripts" / "invoke_sagemaker.py")
+    script = load_script("invoke_sagemaker")
     client = boto3.client("sagemaker-runtime", region_name="us-east-1", aws_access_key_id="test",
                           aws_secret_access_key="test")
     body = {"input": THREE}
@@ -250,7 +248,7 @@ def test_entrypoint_starts_serve_and_ping_while_loading(sagemaker_model_dir, tmp
     import subprocess
     import sys
 
-    from tests.support.server import ROOT, free_port
+    from tests.support.server import ROOT, environ_without_settings, free_port
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -259,7 +257,7 @@ def test_entrypoint_starts_serve_and_ping_while_loading(sagemaker_model_dir, tmp
     python3.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
     python3.chmod(0o755)
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")}
+    env = environ_without_settings()
     env.update({"PATH": f"{bin_dir}:{env.get('PATH', '')}", "SM_MODEL_DIR": str(sagemaker_model_dir),
                 "SAGEMAKER_BIND_TO_PORT": str(port), "TESSERA_HOST": "127.0.0.1", "PYTHONUNBUFFERED": "1",
                 "TESSERA_CUDA_COMPAT_DIR": str(tmp_path / "no-compat"),

@@ -4,17 +4,16 @@ with the default configuration: the embedded all-MiniLM-L6-v2."""
 from __future__ import annotations
 
 import base64
-import os
 
 import numpy as np
 import pytest
 
-from tests.support.server import running_server
+from tests.support.server import environ_without_settings, running_server
 
 
 @pytest.fixture(scope="module")
 def server():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")}
+    env = environ_without_settings()
     env["TESSERA_API_KEYS"] = '["sdk-key"]'
     with running_server(env, headers={"Authorization": "Bearer sdk-key"}) as base:
         yield base

@@ -28,6 +28,7 @@ from core.convert.neuron import compile_buckets, neuron_compile_kwargs
 from core.engine import Engine, Registry
 from core.errors import InvalidInput, MissingDependency
 from core.tasks.embed import EmbedRequest
+from tests.support.modules import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = Settings(threads=2)
@@ -140,11 +141,7 @@ def fake_optimum_neuron(monkeypatch):
 
 def test_compile_and_serve_through_the_optimum_neuron_calls(fake_optimum_neuron, minilm_dir, tmp_path,
                                                             st_minilm, sentences):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import compile_neuron
-    finally:
-        sys.path.pop(0)
+    compile_neuron = load_script("compile_neuron")
     out = tmp_path / "neuron-minilm"
     assert compile_neuron.main([str(minilm_dir), str(out), "--batch-sizes", "1,2", "--sequence-lengths", "32"]) == 0
     compiles = [c for c in fake_optimum_neuron.calls if c[0] == "from_pretrained"]

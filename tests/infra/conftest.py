@@ -1,10 +1,9 @@
-"""Shared helpers for the infra tests: load scripts by path, parse templates, fake AWS credentials."""
+"""Shared helpers for the infra tests: parse templates, fake AWS credentials (scripts load through
+tests/support/modules.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,14 +12,6 @@ ROOT = Path(__file__).resolve().parents[2]
 LAMBDA_TEMPLATE = ROOT / "infra" / "lambda" / "template.yaml"
 SAGEMAKER_TEMPLATE = ROOT / "infra" / "sagemaker" / "endpoint.yaml"
 PARAM_FILES = sorted((ROOT / "infra" / "sagemaker").glob("params-*.json"))
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"tessera_script_{name}", ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def parse_template(path: Path) -> dict:

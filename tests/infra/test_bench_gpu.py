@@ -8,7 +8,8 @@ import pytest
 
 from benchmarks.docs_section import END_MARKER as END, START_MARKER as START, replace_section
 from benchmarks.gpu import spec_for
-from tests.infra.conftest import ROOT, load_script
+from tests.infra.conftest import ROOT
+from tests.support.modules import load_script
 
 bench_gpu = load_script("bench_gpu")
 

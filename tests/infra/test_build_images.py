@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
-from .conftest import ROOT, load_script
+from tests.support.modules import load_script
+
+from .conftest import ROOT
 
 
 @pytest.fixture(scope="module")

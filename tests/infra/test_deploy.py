@@ -13,7 +13,9 @@ import stat
 import pytest
 from botocore.stub import Stubber
 
-from .conftest import LAMBDA_TEMPLATE, ROOT, SAGEMAKER_TEMPLATE, load_script
+from tests.support.modules import load_script
+
+from .conftest import LAMBDA_TEMPLATE, ROOT, SAGEMAKER_TEMPLATE
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/tessera-lambda:arm64"
 URL = "https://abcdefg.lambda-url.us-east-1.on.aws/"
@@ -277,8 +279,8 @@ def test_modal_env_file_drives_the_app_config(deploy, tmp_path):
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), **values}
     probe = ("import importlib.util, json; s = importlib.util.spec_from_file_location('m', 'adapters/modal/app.py'); "
              "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); "
-             "print(json.dumps([m.GPUS, m.MIN_CONTAINERS, m.MAX_CONTAINERS, m.SCALEDOWN_S, m.MAX_INPUTS, "
-             "m.VOLUME_NAME, json.loads(m.MODELS)[0]['dtype'], [repr(s) for s in m.SECRETS]]))")
+             "d = m.DEPLOY; print(json.dumps([d.gpus, d.min_containers, d.max_containers, d.scaledown_s, "
+             "d.max_inputs, d.volume_name, json.loads(d.models)[0]['dtype'], [repr(s) for s in m.SECRETS]]))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [
@@ -374,6 +376,20 @@ def test_modal_refuses_the_example_files_placeholder_key(deploy, tmp_path, capsy
     assert deploy.main(["modal", "--env-file", str(example), "--env", 'TESSERA_API_KEYS=["k-9f2c1d"]', "--dry-run"],
                        out=out, environ={"PATH": str(tmp_path)}) == 0
     assert "k-9f2c1d" not in out.getvalue()
+
+
+def test_modal_key_check_runs_from_the_script_outside_the_checkout(tmp_path):
+    """``python scripts/deploy.py`` from another folder, nothing on PYTHONPATH: the app's own check
+    (adapters/modal/settings.py) is reached by the script itself."""
+    import subprocess
+    import sys
+
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "deploy.py"), "modal", "--env",
+                           'TESSERA_API_KEYS=["k-9f2c1d"]', "--dry-run"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.startswith("error: TESSERA_API_KEYS is set") and "k-9f2c1d" not in done.stderr
 
 
 # --- a stack left in ROLLBACK_COMPLETE ------------------------------------------------------------------------

@@ -3,16 +3,14 @@ it against a real server on loopback with API keys on (x-api-key beside the SigV
 
 from __future__ import annotations
 
-import os
 import re
 
 import httpx
 import pytest
 from botocore.credentials import Credentials
 
-from tests.support.server import running_server
-
-from .conftest import load_script
+from tests.support.modules import load_script
+from tests.support.server import environ_without_settings, running_server
 
 CREDS = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", token="session-token")
 
@@ -46,7 +44,7 @@ def test_signature_shape(client_script):
 
 @pytest.fixture(scope="module")
 def server():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")}
+    env = environ_without_settings()
     env["TESSERA_API_KEYS"] = '["url-key"]'
     with running_server(env, headers={"x-api-key": "url-key"}) as base:
         yield base

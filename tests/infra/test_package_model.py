@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from botocore.stub import ANY, Stubber
 
-from .conftest import load_script
+from tests.support.modules import load_script
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
                    "modules.json", "sentence_bert_config.json")

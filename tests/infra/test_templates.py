@@ -1,8 +1,9 @@
 """Every template in infra/ passes cfn-lint (offline), and says what docs/deploy.md promises.
 
 cfn-lint validates resource properties against the CloudFormation schemas it ships (SAM's
-AWS::Serverless::Function included). The Rules sections, which cfn-lint does not evaluate, are
-evaluated here by a small interpreter over the parameter values.
+AWS::Serverless::Function included). The parameter constraints and the Rules sections, which cfn-lint
+does not evaluate, are checked by the check scripts/deploy.py applies before any call
+(``check_parameters``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import pytest
 from cfnlint.api import ManualArgs, lint_file
+
+from tests.support.modules import load_script
 
 from .conftest import LAMBDA_TEMPLATE, PARAM_FILES, ROOT, SAGEMAKER_TEMPLATE, parse_template, read_params
 
@@ -54,55 +57,9 @@ def test_parameter_files_lint_with_the_template(path, tmp_path):
     assert matches == [], "\n".join(str(m) for m in matches)
 
 
-# --- a tiny evaluator for the template's parameter constraints and Rules ----------------------------
-def resolve(node, values: dict):
-    if isinstance(node, dict) and len(node) == 1:
-        (fn, arg), = node.items()
-        if fn == "Ref":
-            return values[arg]
-        if fn == "Fn::Equals":
-            return str(resolve(arg[0], values)) == str(resolve(arg[1], values))
-        if fn == "Fn::Not":
-            return not resolve(arg[0], values)
-        if fn == "Fn::And":
-            return all(resolve(a, values) for a in arg)
-        if fn == "Fn::Or":
-            return any(resolve(a, values) for a in arg)
-        raise AssertionError(f"unsupported function {fn}")
-    return node
-
-
 def check_parameters(template: dict, given: dict[str, str]) -> list[str]:
-    """Violations of AllowedValues / MinValue / MaxValue / AllowedPattern / missing values, then Rules."""
-    import re
-
-    problems, values = [], {}
-    for name, spec in template["Parameters"].items():
-        if name not in given and "Default" not in spec:
-            problems.append(f"{name} has no value")
-            continue
-        value = str(given.get(name, spec.get("Default")))
-        values[name] = value
-        if "AllowedValues" in spec and value not in [str(v) for v in spec["AllowedValues"]]:
-            problems.append(f"{name}={value} not allowed")
-        if spec["Type"] == "Number":
-            if "MinValue" in spec and float(value) < float(spec["MinValue"]):
-                problems.append(f"{name}={value} < {spec['MinValue']}")
-            if "MaxValue" in spec and float(value) > float(spec["MaxValue"]):
-                problems.append(f"{name}={value} > {spec['MaxValue']}")
-        if "AllowedPattern" in spec and not re.fullmatch(spec["AllowedPattern"], value):
-            problems.append(f"{name}={value!r} does not match {spec['AllowedPattern']}")
-    unknown = set(given) - set(template["Parameters"])
-    problems += [f"unknown parameter {name}" for name in sorted(unknown)]
-    if problems:
-        return problems
-    for rule_name, rule in template.get("Rules", {}).items():
-        if "RuleCondition" in rule and not resolve(rule["RuleCondition"], values):
-            continue
-        for assertion in rule["Assertions"]:
-            if not resolve(assertion["Assert"], values):
-                problems.append(f"{rule_name}: {assertion['AssertDescription']}")
-    return problems
+    """What deploy.py refuses about ``given`` for ``template``: parameter constraints, then the Rules."""
+    return load_script("deploy").check_parameters(template, given)
 
 
 # --- Lambda ------------------------------------------------------------------------------------
@@ -145,9 +102,10 @@ def test_lambda_url_defaults_to_iam_and_public_needs_api_keys(lam):
     assert check_parameters(lam, base) == []
     assert check_parameters(lam, {**base, "AuthType": "AWS_IAM"}) == []
     assert check_parameters(lam, {**base, "AuthType": "NONE"}) == [
-        "PublicUrlNeedsApiKeys: AuthType NONE makes the function URL public; set ApiKeys (a JSON list of keys)."]
+        "rule PublicUrlNeedsApiKeys: AuthType NONE makes the function URL public; set ApiKeys (a JSON list of keys)."]
     assert check_parameters(lam, {**base, "AuthType": "NONE", "ApiKeys": '["k1"]'}) == []
-    assert check_parameters(lam, {**base, "AuthType": "PUBLIC"}) == ["AuthType=PUBLIC not allowed"]
+    allowed = lam["Parameters"]["AuthType"]["AllowedValues"]
+    assert check_parameters(lam, {**base, "AuthType": "PUBLIC"}) == [f"AuthType='PUBLIC': not one of {allowed}"]
     assert check_parameters(lam, {**base, "Architecture": "x86_64", "MemorySize": "10240"}) == []
     assert check_parameters(lam, {"ImageUri": "docker.io/tessera:latest"})  # Lambda pulls from ECR only
 
@@ -270,7 +228,7 @@ def test_sagemaker_inference_component_mode_scales_to_zero(sm):
     base = {"ModelBucket": "my-models"}
     assert check_parameters(sm, {**base, "Mode": "inference-component", "MinInstances": "0"}) == []
     assert check_parameters(sm, {**base, "Mode": "instances", "MinInstances": "0"}) == [
-        "InstancesModeNeedsOneInstance: Scale to zero needs Mode inference-component; in instances mode "
+        "rule InstancesModeNeedsOneInstance: Scale to zero needs Mode inference-component; in instances mode "
         "MinInstances must be at least 1."]
 
 

@@ -4,19 +4,18 @@ minutes, a held thread or a 500. Each test measures the server process itself (p
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import struct
-import sys
 import threading
 import time
 
 import httpx
 import pytest
 
+from benchmarks.server import peak_rss_mb
 from tests.multimodal.media_support import Route, data_uri, png
-from tests.support.server import free_port, running_process
+from tests.support.server import free_port, running_process, uvicorn_command
 
 RED = png((40, 30), (255, 0, 0), shape="circle")
 
@@ -37,13 +36,6 @@ def _wav_header(rate: int, frames: int = 1000) -> bytes:
     return b"RIFF" + struct.pack("<I", 36 + len(pcm)) + b"WAVEfmt " + fmt + b"data" + struct.pack("<I", len(pcm)) + pcm
 
 
-def _peak_rss_mb(pid: int) -> float:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
-
-
 @pytest.fixture(scope="module")
 def hostile(clip_dir, clap_dir, media_server):
     """A server with two preparation threads (the default on two cores), media URLs opened for the loopback
@@ -56,9 +48,8 @@ def hostile(clip_dir, clap_dir, media_server):
     import os
 
     env = {**os.environ, **env}
-    cmd = [sys.executable, "-m", "uvicorn", "core.dev:app", "--host", "127.0.0.1", "--port", str(port),
-           "--no-access-log"]
-    with running_process(cmd, env, port=port, timeout=180, name="hostile-media") as (base, proc):
+    with running_process(uvicorn_command("core.dev:app", port), env, port=port, timeout=180,
+                         name="hostile-media") as (base, proc):
         yield base, proc.pid
 
 
@@ -104,24 +95,24 @@ def test_decompression_bombs_are_budgeted_per_request_and_decoded_one_at_a_time(
     bomb = data_uri(_bomb_png(), "image/png")  # 5000×5000: exactly the per-image pixel limit
     assert len(bomb) < 6000
     _post(base, {"model": "tiny-clip", "modality": "image", "input": [data_uri(RED, "image/png")]})
-    before = _peak_rss_mb(pid)
+    before = peak_rss_mb(pid)
     started = time.monotonic()
     with _HealthProbe(base) as probe:
         response = _post(base, {"model": "tiny-clip", "modality": "image", "input": [bomb] * 30})
     elapsed = time.monotonic() - started
     error = _error(response, 413)
     assert error["code"] == "media_budget_exceeded" and "input[8]" in error["message"], error
-    grown = _peak_rss_mb(pid) - before
+    grown = peak_rss_mb(pid) - before
     # 30 held at once took +5.2 GB; one at a time the peak is one image's decode and preprocessing
     assert grown < 900, f"peak RSS grew by {grown:.0f} MB"
     assert elapsed < 20, elapsed
     assert probe.worst < 1.0, f"/health took {probe.worst:.2f}s meanwhile"
     # the worst allowed request: 8 such images, exactly the default budget of 200M pixels
-    started, before = time.monotonic(), _peak_rss_mb(pid)
+    started, before = time.monotonic(), peak_rss_mb(pid)
     ok = _post(base, {"model": "tiny-clip", "modality": "image", "input": [bomb] * 8})
     assert ok.status_code == 200 and len(ok.json()["data"]) == 8
     print(f"\nworst allowed image request (8 x 5000x5000): {time.monotonic() - started:.2f}s, server peak RSS "
-          f"{_peak_rss_mb(pid):.0f} MB, idle {before:.0f} MB (30 refused at the 9th: {elapsed:.2f}s, +{grown:.0f} MB)")
+          f"{peak_rss_mb(pid):.0f} MB, idle {before:.0f} MB (30 refused at the 9th: {elapsed:.2f}s, +{grown:.0f} MB)")
 
 
 @pytest.mark.parametrize("rate", [2**31 - 1, 1_000_003, 999])
@@ -137,13 +128,13 @@ def test_implausible_sample_rates_are_refused_before_decoding(hostile, rate):
 
 def test_odd_but_plausible_rates_resample_fast(hostile):
     base, pid = hostile
-    before = _peak_rss_mb(pid)
+    before = peak_rss_mb(pid)
     started = time.monotonic()
     response = _post(base, {"model": "tiny-clap", "modality": "audio",
                             "input": [data_uri(_wav_header(383_987, frames=383_987), "audio/wav")]})
     assert response.status_code == 200, response.text
     assert time.monotonic() - started < 3.0
-    assert _peak_rss_mb(pid) - before < 300
+    assert peak_rss_mb(pid) - before < 300
 
 
 def test_audio_is_budgeted_per_request(hostile):
@@ -158,11 +149,11 @@ def test_audio_is_budgeted_per_request(hostile):
     response = _post(base, {"model": "tiny-clap", "modality": "audio", "input": [clip] * 5})
     error = _error(response, 413)
     assert error["code"] == "media_budget_exceeded" and "input[4]" in error["message"]
-    started, before = time.monotonic(), _peak_rss_mb(pid)  # the worst allowed: 4 x 290 s = 1160 s
+    started, before = time.monotonic(), peak_rss_mb(pid)  # the worst allowed: 4 x 290 s = 1160 s
     ok = _post(base, {"model": "tiny-clap", "modality": "audio", "input": [clip] * 4})
     assert ok.status_code == 200 and len(ok.json()["data"]) == 4
     print(f"\nworst allowed audio request (4 x 290 s, 8 kHz -> 48 kHz): {time.monotonic() - started:.2f}s, "
-          f"server peak RSS {_peak_rss_mb(pid):.0f} MB (before: {before:.0f} MB)")
+          f"server peak RSS {peak_rss_mb(pid):.0f} MB (before: {before:.0f} MB)")
 
 
 def test_slow_header_servers_hold_no_thread_and_hit_the_fetch_limit(hostile, media_server):

@@ -10,7 +10,6 @@ AutoModel on the same folder):
 
 from __future__ import annotations
 
-import asyncio
 
 import numpy as np
 import pytest
@@ -21,6 +20,7 @@ from core.errors import InvalidInput
 from core.tasks.chunking import ChunkOptions, LateChunkOptions
 from core.tasks.embed import EmbedRequest
 from tests.support import chunk_reference
+from tests.support.engines import run_concurrently
 
 SETTINGS = Settings(threads=2)
 TOL = 1e-5
@@ -174,15 +174,7 @@ def test_batched_through_batcher_equals_single(engines):
                 EmbedRequest(texts=PARAGRAPHS, late_chunking=LateChunkOptions()),
                 EmbedRequest(texts=PARAGRAPHS)]
     singles = [engine.run_sync(r).vectors for r in requests]
-
-    async def main():
-        await engine.start()
-        try:
-            return await asyncio.gather(*(engine(r) for r in requests))
-        finally:
-            await engine.stop()
-
-    for got, want in zip(asyncio.run(main()), singles):
+    for got, want in zip(run_concurrently(engine, requests), singles):
         np.testing.assert_allclose(got.vectors, want, atol=2e-6)
 
 

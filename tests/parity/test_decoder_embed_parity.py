@@ -5,7 +5,6 @@ CTranslate2 (encoders only) refuses the folder by name."""
 
 from __future__ import annotations
 
-import asyncio
 from functools import partial
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from core.errors import TesseraError
 from core.tasks.embed import EmbedRequest
 from tests.support import text_models
 from tests.support.cache import ONNX_EXPORT_SOURCES, cached_build
+from tests.support.engines import run_concurrently
 
 SETTINGS = Settings(threads=2)
 SOURCE = Path(text_models.__file__)
@@ -93,16 +93,8 @@ def test_batched_through_batcher_equals_single(decoder_dirs, sentences, backend)
     texts = sentences[:24]
     engine = Engine.load(ModelSpec(path=decoder_dirs("qwen3", backend), backend=backend), SETTINGS)
     singles = np.stack([engine.run_sync(EmbedRequest(texts=[t], prompt_name="query")).vectors[0] for t in texts])
-
-    async def main():
-        await engine.start()
-        try:
-            results = await asyncio.gather(*(engine(EmbedRequest(texts=[t], prompt_name="query")) for t in texts))
-        finally:
-            await engine.stop()
-        return np.stack([r.vectors[0] for r in results])
-
-    np.testing.assert_allclose(asyncio.run(main()), singles, atol=2e-5)
+    results = run_concurrently(engine, [EmbedRequest(texts=[t], prompt_name="query") for t in texts])
+    np.testing.assert_allclose(np.stack([r.vectors[0] for r in results]), singles, atol=2e-5)
 
 
 def test_onnx_graph_has_no_past_key_values(decoder_dirs):

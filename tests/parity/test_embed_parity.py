@@ -6,7 +6,6 @@ Each cell runs the real loading path (Engine.load from a ModelSpec) and is compa
 
 from __future__ import annotations
 
-import asyncio
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from core.config import ModelSpec, Settings
 from core.engine import Engine
 from core.tasks.embed import EmbedRequest
+from tests.support.engines import run_concurrently
 
 SETTINGS = Settings(threads=2)
 
@@ -150,15 +150,6 @@ def test_batched_through_batcher_equals_single(engines, sentences, backend, dtyp
     """Many concurrent requests share batches (with padding); each equals its own single-item run."""
     engine = engines(backend, dtype, source)
     singles = np.stack([engine.run_sync(EmbedRequest(texts=[s])).vectors[0] for s in sentences])
-
-    async def main():
-        await engine.start()
-        try:
-            results = await asyncio.gather(*(engine(EmbedRequest(texts=[s])) for s in sentences))
-        finally:
-            await engine.stop()
-        return np.stack([r.vectors[0] for r in results])
-
-    batched = asyncio.run(main())
+    batched = np.stack([r.vectors[0] for r in run_concurrently(engine, [EmbedRequest(texts=[s]) for s in sentences])])
     assert cosines(batched, singles).min() >= 0.99999
     np.testing.assert_allclose(batched, singles, atol=2e-5)

@@ -20,11 +20,13 @@ from core.engine import Engine
 from core.errors import TesseraError, TooLarge, Unsupported
 from core.loading import detect_task, read_model_info
 from core.tasks.rerank import RerankRequest
-from tests.support import llm_rerank_models
+from tests.support import llm_rerank_models, text_models
 from tests.support.cache import ONNX_EXPORT_SOURCES, cached_build
+from tests.support.sentences import DOCS, QUERY
 
 SETTINGS = Settings(threads=2)
-SOURCE = Path(llm_rerank_models.__file__)
+# the builders, and the tokenizer helpers they share with the decoder embedders
+SOURCES = [Path(llm_rerank_models.__file__), Path(text_models.__file__)]
 TASK_SOURCE = Path(llm_rerank_models.__file__).parents[2] / "core" / "tasks" / "llm_rerank.py"
 TOL = 1e-5  # fp32
 
@@ -34,15 +36,6 @@ CARD_PREFIX = ("<|im_start|>system\nJudge whether the Document meets the require
 CARD_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 CARD_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
 
-QUERY = "How many people live in Berlin?"
-DOCS = [
-    "Berlin has a population of 3.5 million registered inhabitants.",
-    "The capital of France is Paris.",
-    "Berlin is well known for its museums.",
-    "Cats sleep most of the day.",
-    "About 3.7 million people lived in Berlin in 2023, making it the EU's most populous city.",
-    "",
-]
 LONG_DOC = " ".join(["Berlin is a large city with many parks, rivers and lakes."] * 60)
 
 
@@ -52,9 +45,9 @@ def llm_reranker_dirs():
 
     def get(layout: str = "original", backend: str = "torch") -> Path:
         if (layout, backend) not in built:
-            folder = cached_build("tiny-qwen3-reranker", [SOURCE, TASK_SOURCE], llm_rerank_models.build_causal_lm)
+            folder = cached_build("tiny-qwen3-reranker", [*SOURCES, TASK_SOURCE], llm_rerank_models.build_causal_lm)
             if layout == "st":
-                folder = cached_build("tiny-qwen3-reranker-st", [SOURCE, TASK_SOURCE],
+                folder = cached_build("tiny-qwen3-reranker-st", [*SOURCES, TASK_SOURCE],
                                       partial(llm_rerank_models.build_st_layout, folder))
             if backend == "onnx":
                 pytest.importorskip("onnxruntime")
@@ -62,7 +55,7 @@ def llm_reranker_dirs():
 
                 src = folder
                 folder = cached_build(f"tiny-qwen3-reranker-{layout}-onnx",
-                                      [SOURCE, TASK_SOURCE, *ONNX_EXPORT_SOURCES],
+                                      [*SOURCES, TASK_SOURCE, *ONNX_EXPORT_SOURCES],
                                       lambda out: onnx_export.export_folder(src, out))
             built[layout, backend] = folder
         return built[layout, backend]

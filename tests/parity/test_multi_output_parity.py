@@ -19,6 +19,7 @@ from core.tasks.embed import EmbedRequest
 from core.tasks.late_interaction import ScoreRequest
 from tests.support import chunk_reference, text_models
 from tests.support.cache import CT2_SOURCES, ONNX_EXPORT_SOURCES, cached_build
+from tests.support.engines import run_concurrently
 
 SETTINGS = Settings(threads=2)
 SOURCE = Path(text_models.__file__)
@@ -148,22 +149,12 @@ def test_one_served_model_answers_the_three_routes(m3_dirs, m3_reference, senten
 def test_mixed_requests_share_batches_and_equal_single_runs(m3_dirs, sentences, backend):
     """Dense, sparse and score requests arriving together share padded batches; each answer equals its
     own one-at-a-time run."""
-    import asyncio
-
     engine = Engine.load(ModelSpec(path=m3_dirs(backend), backend=backend), SETTINGS)
     texts = sentences[:16]
     requests = [EmbedRequest(texts=[t], output="sparse" if i % 2 else "dense") for i, t in enumerate(texts)]
     requests.append(ScoreRequest(query=QUERY, documents=texts[:5]))
     singles = [engine.run_sync(r) for r in requests]
-
-    async def main():
-        await engine.start()
-        try:
-            return await asyncio.gather(*(engine(r) for r in requests))
-        finally:
-            await engine.stop()
-
-    for req, single, batched in zip(requests, singles, asyncio.run(main())):
+    for req, single, batched in zip(requests, singles, run_concurrently(engine, requests)):
         if isinstance(req, ScoreRequest):
             np.testing.assert_allclose(batched.scores, single.scores, atol=2e-5)
         elif req.output == "sparse":

@@ -7,7 +7,6 @@ Pipelines are built from sentence-transformers' own modules and written by ``Sen
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import json
 import shutil
@@ -23,6 +22,7 @@ from core.errors import TesseraError, Unsupported
 from core.tasks.embed import EmbedRequest
 from tests.support import text_models
 from tests.support.cache import CT2_SOURCES, ONNX_EXPORT_SOURCES, cached_build
+from tests.support.engines import run_concurrently
 
 SETTINGS = Settings(threads=2)
 SOURCE = Path(text_models.__file__)
@@ -121,16 +121,7 @@ def test_batched_through_batcher_equals_single(pipeline_dirs, sentences, backend
     for name in NAMES:
         engine = Engine.load(ModelSpec(path=pipeline_dirs(name, backend), backend=backend), SETTINGS)
         singles = np.stack([engine.run_sync(_request(name, [t])).vectors[0] for t in texts])
-
-        async def main():
-            await engine.start()
-            try:
-                results = await asyncio.gather(*(engine(_request(name, [t])) for t in texts))
-            finally:
-                await engine.stop()
-            return np.stack([r.vectors[0] for r in results])
-
-        batched = asyncio.run(main())
+        batched = np.stack([r.vectors[0] for r in run_concurrently(engine, [_request(name, [t]) for t in texts])])
         np.testing.assert_allclose(batched, singles, atol=2e-5, err_msg=f"{name}/{backend}")
 
 

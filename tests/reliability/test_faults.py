@@ -4,7 +4,6 @@ real server process."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import threading
@@ -15,7 +14,7 @@ import numpy as np
 
 from core.errors import OutOfMemory
 from tests.api.conftest import SlowBackend, assert_error, client_for
-from tests.support.server import free_port, running_process
+from tests.support.server import environ_without_settings, free_port, running_process
 
 
 class OomAbove(SlowBackend):
@@ -82,7 +81,7 @@ def test_inflight_cap_answers_429(minilm_onnx_dir):
 
 def test_sigterm_drains_in_flight_requests_and_refuses_new_work(minilm_onnx_dir):
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")}
+    env = environ_without_settings()
     env.update(TESSERA_MODELS=json.dumps([{"path": str(minilm_onnx_dir), "name": "m"}]), TESSERA_PORT=str(port),
                TESSERA_SHUTDOWN_GRACE_S="20")
     with running_process([sys.executable, "-m", "core", "serve"], env, port=port, name="sigterm") as (base, proc):

@@ -6,21 +6,20 @@ so each operation's hypothesis strategy is driven here.)"""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 import schemathesis
 from schemathesis import GenerationMode
 from hypothesis import HealthCheck, given, settings
 
-from tests.support.server import running_server
+from tests.support.server import environ_without_settings, running_server
 
 EXAMPLES = 25
 
 
 @pytest.fixture(scope="module")
 def live(minilm_onnx_dir):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")}
+    env = environ_without_settings()
     env["TESSERA_MODELS"] = json.dumps([{"path": str(minilm_onnx_dir), "name": "minilm"}])
     env["TESSERA_REQUEST_TIMEOUT_S"] = "20"
     with running_server(env) as base:

@@ -7,12 +7,11 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import sys
 
 import pytest
 
 from tests.support.faulty_app import FAULT_WORD
-from tests.support.server import free_port, running_process
+from tests.support.server import free_port, running_process, uvicorn_command
 
 
 @pytest.fixture(scope="module")
@@ -21,8 +20,7 @@ def faulty_server(minilm_onnx_dir):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "TESSERA_MODELS": json.dumps([{"path": str(minilm_onnx_dir), "name": "m", "backend": "onnx"}])}
     # the HTTP implementation scripts/serve runs
-    cmd = [sys.executable, "-m", "uvicorn", "tests.support.faulty_app:app", "--host", "127.0.0.1",
-           "--port", str(port), "--no-access-log", "--loop", "uvloop", "--http", "httptools"]
+    cmd = uvicorn_command("tests.support.faulty_app:app", port, "--loop", "uvloop", "--http", "httptools")
     with running_process(cmd, env, port=port, name="faulty") as (base, _):
         yield port
 

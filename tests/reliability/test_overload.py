@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ import pytest
 from core.config import ModelSpec, Settings
 from core.engine import Engine
 from core.tasks.embed import EmbedRequest
-from tests.support.server import running_server
+from tests.support.server import environ_without_settings, running_server
 
 CLIENTS = 300
 PROBE = """
@@ -37,7 +36,7 @@ print(json.dumps(latencies))
 
 @pytest.fixture(scope="module")
 def overload_server(minilm_onnx_dir):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")}
+    env = environ_without_settings()
     env["TESSERA_MODELS"] = json.dumps([{"path": str(minilm_onnx_dir), "name": "m", "max_queue_items": 32,
                                          "max_batch_size": 8}])
     env["TESSERA_RETRY_AFTER_S"] = "2"

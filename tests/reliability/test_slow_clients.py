@@ -6,7 +6,6 @@ a small bound."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import sys
@@ -16,11 +15,11 @@ import time
 import httpx
 import pytest
 
-from tests.support.server import free_port, running_process
+from tests.support.server import environ_without_settings, free_port, running_process
 
 
 def _env(minilm_onnx_dir, port: int, **settings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")}
+    env = environ_without_settings()
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TESSERA_PORT=str(port),
                TESSERA_MODELS=json.dumps([{"path": str(minilm_onnx_dir), "name": "m", "backend": "onnx"}]))
     env.update({f"TESSERA_{k.upper()}": str(v) for k, v in settings.items()})

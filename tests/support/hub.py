@@ -10,11 +10,11 @@ import hashlib
 import json
 import os
 import shutil
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
+
+from benchmarks.loopback import Handler, LoopbackServer
 
 #: files stored through LFS on the Hub (their ETag is the sha256 of the content, announced as X-Linked-Etag)
 LFS_SUFFIXES = (".safetensors", ".bin", ".onnx", ".onnx_data", ".pt", ".model")
@@ -113,11 +113,8 @@ class HubStandIn:
         self.requests: list[tuple[str, str]] = []
         stand_in = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class HubHandler(Handler):
             protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):  # quiet
-                pass
 
             def do_GET(self):
                 stand_in._serve(self, body=True)
@@ -125,18 +122,15 @@ class HubStandIn:
             def do_HEAD(self):
                 stand_in._serve(self, body=False)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._http = LoopbackServer(HubHandler, name="hub")
+        self.endpoint = self._http.url
 
     def __enter__(self) -> "HubStandIn":
-        self._thread.start()
+        self._http.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._http.close()
 
     def fetched(self) -> set[str]:
         """Paths inside repositories whose content was downloaded (GET …/resolve/…)."""
@@ -148,7 +142,7 @@ class HubStandIn:
         return out
 
     # --- the routes -----------------------------------------------------------------------------
-    def _serve(self, h: BaseHTTPRequestHandler, *, body: bool) -> None:
+    def _serve(self, h: Handler, *, body: bool) -> None:
         url = urlsplit(h.path)
         path = unquote(url.path)
         self.requests.append((h.command, path))
@@ -163,25 +157,13 @@ class HubStandIn:
         except BrokenPipeError:
             pass
 
-    def _error(self, h, status: int, code: str, message: str, *, body: bool = True) -> None:
-        data = json.dumps({"error": message}).encode()
-        h.send_response(status)
-        h.send_header("X-Error-Code", code)
-        h.send_header("X-Error-Message", message)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Content-Length", str(len(data)))
-        h.end_headers()
-        if body and h.command != "HEAD":
-            h.wfile.write(data)
+    def _error(self, h, status: int, code: str, message: str) -> None:
+        h.reply(status, json.dumps({"error": message}).encode(),
+                {"X-Error-Code": code, "X-Error-Message": message, "Content-Type": "application/json"},
+                send_body=h.command != "HEAD")
 
     def _json(self, h, obj, *, body: bool) -> None:
-        data = json.dumps(obj).encode()
-        h.send_response(200)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Content-Length", str(len(data)))
-        h.end_headers()
-        if body:
-            h.wfile.write(data)
+        h.reply(200, json.dumps(obj).encode(), {"Content-Type": "application/json"}, send_body=body)
 
     def _lookup(self, h, repo_id: str, revision: str):
         repo = self.repos.get(repo_id)
@@ -224,15 +206,7 @@ class HubStandIn:
         if blob is None or file in repo.missing:
             self._error(h, 404, "EntryNotFound", f"{file} does not exist on {revision!r}")
             return
-        data = _read(blob.source)
-        h.send_response(200)
-        h.send_header("X-Repo-Commit", commit)
-        h.send_header("ETag", f'"{blob.etag}"')
+        headers = {"X-Repo-Commit": commit, "ETag": f'"{blob.etag}"', "Content-Type": "application/octet-stream"}
         if blob.sha256:
-            h.send_header("X-Linked-Etag", f'"{blob.sha256}"')
-            h.send_header("X-Linked-Size", str(blob.size))
-        h.send_header("Content-Length", str(len(data)))
-        h.send_header("Content-Type", "application/octet-stream")
-        h.end_headers()
-        if body:
-            h.wfile.write(data)
+            headers.update({"X-Linked-Etag": f'"{blob.sha256}"', "X-Linked-Size": str(blob.size)})
+        h.reply(200, _read(blob.source), headers, send_body=body)

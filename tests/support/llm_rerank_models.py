@@ -6,10 +6,10 @@ the instruction as the default prompt), saved by sentence-transformers' CrossEnc
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from core.tasks.llm_rerank import DEFAULT_INSTRUCTION, PREFIX, SUFFIX
+from tests.support.text_models import save_qwen_style_tokenizer, train_qwen_style_bpe
 
 #: the reranker chat template Qwen3-Reranker ships for sentence-transformers (roles system = instruction,
 #: query, document); it renders PREFIX + "<Instruct>: …\n<Query>: …\n<Document>: …" + SUFFIX
@@ -25,25 +25,16 @@ CHAT_TEMPLATE = (
 
 
 def build_tokenizer(out: Path) -> None:
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken
 
     from tests.support.sentences import SENTENCES
 
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=900, special_tokens=specials,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     corpus = list(SENTENCES) + [PREFIX, SUFFIX, DEFAULT_INSTRUCTION] + ["yes\nno\n" * 20] * 20
-    tok.train_from_iterator(corpus, trainer)
+    tok = train_qwen_style_bpe(corpus, 900)
     tok.add_tokens([AddedToken("<think>", special=False), AddedToken("</think>", special=False)])
     for word in ("yes", "no"):
         assert tok.token_to_id(word) is not None, word
-    tok.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
-        "padding_side": "left", "model_max_length": 32768}))
+    save_qwen_style_tokenizer(tok, out, eos_token="<|im_end|>")
 
 
 def build_causal_lm(out: Path) -> None:

@@ -4,7 +4,6 @@ real collector does (``ExportTraceServiceRequest``, opentelemetry-proto) and kee
 from __future__ import annotations
 
 import gzip
-import http.server
 import threading
 import time
 from contextlib import contextmanager
@@ -14,6 +13,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+
+from benchmarks.loopback import Handler, LoopbackServer
 
 
 def _value(any_value):
@@ -42,7 +43,7 @@ class Collector:
         self._lock = threading.Lock()
         outer = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
+        class CollectorHandler(Handler):
             def do_POST(self):  # noqa: N802 - http.server's naming
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 if self.headers.get("Content-Encoding") == "gzip":
@@ -50,19 +51,11 @@ class Collector:
                 request = ExportTraceServiceRequest()
                 request.ParseFromString(body)
                 outer._keep(self.path, request)
-                reply = ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
+                self.reply(200, ExportTraceServiceResponse().SerializeToString(),
+                           {"Content-Type": "application/x-protobuf"})
 
-            def log_message(self, *args):
-                pass
-
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._http = LoopbackServer(CollectorHandler, name="otlp-collector")
+        self.endpoint = self._http.url
 
     def _keep(self, path: str, request: ExportTraceServiceRequest) -> None:
         with self._lock:
@@ -95,10 +88,5 @@ class Collector:
 
     @contextmanager
     def running(self):
-        thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        thread.start()
-        try:
+        with self._http:
             yield self
-        finally:
-            self._server.shutdown()
-            self._server.server_close()

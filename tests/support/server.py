@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,13 +11,25 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.loopback import free_port
+
+__all__ = ["ROOT", "environ_without_settings", "free_port", "running_process", "running_server",
+           "uvicorn_command"]
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def environ_without_settings(*prefixes: str) -> dict[str, str]:
+    """This process's environment without its ``TESSERA_*`` variables (and those starting with any of
+    ``prefixes``): a developer's own settings never reach a server under test."""
+    drop = ("TESSERA_", *prefixes)
+    return {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+
+
+def uvicorn_command(app: str, port: int, *options: str) -> list[str]:
+    """``python -m uvicorn APP`` on 127.0.0.1:PORT without the access log; ``options`` added at the end."""
+    return [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port), "--no-access-log",
+            *options]
 
 
 @contextmanager
@@ -65,6 +76,5 @@ def running_server(
     ``headers``)."""
     port = free_port()
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
-    cmd = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port), "--no-access-log"]
-    with running_process(cmd, full_env, port=port, timeout=timeout, headers=headers) as (base, _proc):
+    with running_process(uvicorn_command(app, port), full_env, port=port, timeout=timeout, headers=headers) as (base, _proc):
         yield base

@@ -184,28 +184,44 @@ DECODER_PROMPTS = {"query": "Instruct: Given a web search query, retrieve releva
                             "Query:", "document": ""}
 
 
+#: Qwen's special tokens, in the tokenizers of the decoder embedders and of the LLM rerankers
+QWEN_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def train_qwen_style_bpe(corpus: list[str], vocab_size: int):
+    """A byte-level BPE ``tokenizers.Tokenizer`` with Qwen's special tokens, trained on ``corpus``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=QWEN_SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus, trainer)
+    return tok
+
+
+def save_qwen_style_tokenizer(tok, out: Path, *, eos_token: str) -> None:
+    """``tokenizer.json`` and a ``tokenizer_config.json`` that pads with <|endoftext|> on the left, as Qwen's."""
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eos_token, "pad_token": "<|endoftext|>",
+        "padding_side": "left", "model_max_length": 32768}))
+
+
 def build_bpe_tokenizer(out: Path) -> None:
     """A byte-level BPE tokenizer trained on the test sentences, with Qwen's special tokens and, like
     Qwen3-Embedding's tokenizer.json, a post-processor that appends <|endoftext|> (the EOS last-token
     pooling reads); tokenizer_config pads on the left, as Qwen's does."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import processors
 
     from tests.support.sentences import SENTENCES
 
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=800, special_tokens=specials,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(list(SENTENCES) + [DECODER_PROMPTS["query"]], trainer)
+    tok = train_qwen_style_bpe(list(SENTENCES) + [DECODER_PROMPTS["query"]], 800)
     eos = tok.token_to_id("<|endoftext|>")
     tok.post_processor = processors.TemplateProcessing(
         single="$A <|endoftext|>", pair="$A <|endoftext|> $B:1 <|endoftext|>:1", special_tokens=[("<|endoftext|>", eos)])
-    tok.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
-        "padding_side": "left", "model_max_length": 32768}))
+    save_qwen_style_tokenizer(tok, out, eos_token="<|endoftext|>")
 
 
 def build_decoder_embedder(out: Path, *, family: str) -> None:

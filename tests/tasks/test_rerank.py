@@ -9,16 +9,7 @@ from core.errors import InvalidInput, TooLarge
 from core.loading import detect_task, read_model_info
 from core.tasks.rerank import RerankRequest
 from tests.support.engines import load_engine
-
-QUERY = "How many people live in Berlin?"
-DOCS = [
-    "Berlin has a population of 3.5 million registered inhabitants.",
-    "The capital of France is Paris.",
-    "Berlin is well known for its museums.",
-    "Cats sleep most of the day.",
-    "About 3.7 million people lived in Berlin in 2023, making it the EU's most populous city.",
-    "",
-]
+from tests.support.sentences import DOCS, QUERY
 
 
 @pytest.fixture(scope="module")

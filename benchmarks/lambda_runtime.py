@@ -1,11 +1,13 @@
 """A stand-in for the Lambda Runtime API on 127.0.0.1, for AWS's own runtime interface client
-(``python -m awslambdaric handler.handler``, what the Lambda Python base image runs).
+(``python -m awslambdaric handler.handler``, what the Lambda Python base image runs): the Lambda
+cold-start measurement (``scripts/coldstart_lambda.py``) and the tests of the handler under that client
+use it.
 
 It speaks the endpoints the client uses (https://docs.aws.amazon.com/lambda/latest/dg/runtimes-api.html):
 
 - ``GET  /2018-06-01/runtime/invocation/next``: the next queued event, with the ``Lambda-Runtime-*``
   headers (request id, deadline in epoch ms, function ARN, trace id). With none queued it waits (at
-  most ``idle_timeout`` seconds, then answers 500, which ends the client's loop): the tests queue a
+  most ``idle_timeout`` seconds, then answers 500, which ends the client's loop): the callers queue a
   fixed list of events and stop the process themselves.
 - ``POST /2018-06-01/runtime/invocation/{id}/response`` and ``.../{id}/error``: recorded per request id.
 - ``POST /2018-06-01/runtime/init/error``: recorded; a second one is answered 403, as Lambda does when
@@ -27,9 +29,10 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from benchmarks.loopback import Handler, LoopbackServer
 
 PREFIX = "/2018-06-01/runtime"
 FUNCTION_ARN = "arn:aws:lambda:us-east-1:123456789012:function:tessera"
@@ -57,14 +60,6 @@ class _Pending:
     outcome: Outcome | None = None
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address) -> None:
-        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):  # a stopped client is expected
-            super().handle_error(request, client_address)
-
-
 class RuntimeAPI:
     def __init__(self, idle_timeout: float = 120.0):
         self.idle_timeout = idle_timeout
@@ -75,23 +70,21 @@ class RuntimeAPI:
         self.init_error_headers: list[dict[str, str]] = []
         self.next_calls = 0
         self._init_error_seen = threading.Event()
-        self.server = _Server(("127.0.0.1", 0), self._handler_class())
-        self._thread = threading.Thread(target=self.server.serve_forever, name="runtime-api", daemon=True)
+        self._http = LoopbackServer(self._handler_class(), name="runtime-api")
 
     @property
     def address(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"{host}:{port}"
+        """``127.0.0.1:PORT``, the client's ``AWS_LAMBDA_RUNTIME_API``"""
+        return self._http.address
 
     def __enter__(self) -> "RuntimeAPI":
-        self._thread.start()
+        self._http.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._http.close()
 
-    # --- what the tests call ---------------------------------------------------------------------
+    # --- what the callers use --------------------------------------------------------------------
     def submit(self, event: dict, *, timeout_ms: int = 30_000, deadline_ms: int | None = None) -> _Pending:
         """Queue an event. ``timeout_ms`` is the function timeout: the deadline is set when the event is
         handed out (as Lambda's is at the invocation's start), unless ``deadline_ms`` fixes it."""
@@ -119,19 +112,8 @@ class RuntimeAPI:
     def _handler_class(self):
         api = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class RuntimeHandler(Handler):
             protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:  # quiet
-                pass
-
-            def _reply(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
-                self.send_response(status)
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
 
             def _read(self) -> bytes:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -139,20 +121,20 @@ class RuntimeAPI:
 
             def do_GET(self) -> None:
                 if self.path != f"{PREFIX}/invocation/next":
-                    self._reply(404, b'{"errorMessage":"not found"}')
+                    self.reply(404, b'{"errorMessage":"not found"}')
                     return
                 api.next_calls += 1
                 try:
                     pending = api._queue.get(timeout=api.idle_timeout)
                 except queue.Empty:
-                    self._reply(500, b'{"errorMessage":"the stand-in has no more events"}')
+                    self.reply(500, b'{"errorMessage":"the stand-in has no more events"}')
                     return
                 now = int(time.time() * 1000)
                 pending.handed_out_ms = now
                 if pending.deadline_ms is None:
                     pending.deadline_ms = now + pending.timeout_ms
                 body = json.dumps(pending.event).encode()
-                self._reply(200, body, {
+                self.reply(200, body, {
                     "Content-Type": "application/json",
                     "Lambda-Runtime-Aws-Request-Id": pending.request_id,
                     "Lambda-Runtime-Deadline-Ms": str(pending.deadline_ms),
@@ -169,22 +151,22 @@ class RuntimeAPI:
                     api.init_errors.append(json.loads(body or b"null"))
                     api.init_error_headers.append(dict(self.headers))
                     api._init_error_seen.set()
-                    self._reply(202 if first else 403, b'{"status":"OK"}')
+                    self.reply(202 if first else 403, b'{"status":"OK"}')
                     return
                 if len(parts) == 3 and parts[0] == "invocation" and parts[2] in ("response", "error"):
                     with api._lock:
                         pending = api._pending.get(parts[1])
                     if pending is None or pending.done.is_set():
-                        self._reply(400, b'{"errorMessage":"unknown or finished request id"}')
+                        self.reply(400, b'{"errorMessage":"unknown or finished request id"}')
                         return
                     pending.outcome = Outcome(parts[1], parts[2], json.loads(body or b"null"), dict(self.headers),
                                               pending.handed_out_ms, now, pending.deadline_ms or 0)
                     pending.done.set()
-                    self._reply(202, b'{"status":"OK"}')
+                    self.reply(202, b'{"status":"OK"}')
                     return
-                self._reply(404, b'{"errorMessage":"not found"}')
+                self.reply(404, b'{"errorMessage":"not found"}')
 
-        return Handler
+        return RuntimeHandler
 
 
 class RuntimeProcess:

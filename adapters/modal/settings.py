@@ -1,0 +1,81 @@
+"""The Modal app's deploy-time settings (the table in ``adapters/modal/app.py``): parsed once, from the
+environment given, by ``modal_settings``; and the refusal of API keys in that environment without a
+named Modal Secret, which ``scripts/deploy.py`` applies too. Imports neither ``modal`` nor ``core``:
+the deploy machine and the dry run need neither, and the image ships this file beside ``core``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+MODELS_DIR = "/models"  # where the Volume is mounted
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+HF_HOME = f"{MODELS_DIR}/huggingface"  # the Hugging Face cache, on the Volume: Hub ids serve offline from it
+
+
+@dataclass(frozen=True)
+class ModalSettings:
+    app_name: str
+    gpus: list[str]  # first choice first
+    volume_name: str
+    volume_version: int
+    scaledown_s: int
+    min_containers: int
+    max_containers: int
+    max_inputs: int
+    target_inputs: int
+    snapshot: bool
+    secret_name: str  # "" for none
+    proxy_auth: bool
+    models: str  # TESSERA_MODELS, as JSON
+
+    def container_env(self) -> dict[str, str]:
+        """What the containers see besides the Secret (they parse the same variables when they import
+        the app file)."""
+        return {
+            "TESSERA_MODELS": self.models,
+            "TESSERA_MODAL_GPU": ",".join(self.gpus),
+            "TESSERA_MODAL_VOLUME": self.volume_name,
+            "TESSERA_MODAL_VOLUME_VERSION": str(self.volume_version),
+            "TESSERA_MODAL_MAX_INPUTS": str(self.max_inputs),
+            "TESSERA_MODAL_TARGET_INPUTS": str(self.target_inputs),
+            "TESSERA_MODAL_SECRET": self.secret_name,
+            "TESSERA_MODAL_PROXY_AUTH": "1" if self.proxy_auth else "0",
+            "HF_HOME": HF_HOME,
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+
+
+def modal_settings(environ: Mapping[str, str]) -> ModalSettings:
+    """The ``TESSERA_MODAL_*`` variables and ``TESSERA_MODELS`` of ``environ``, with their defaults."""
+    max_inputs = int(environ.get("TESSERA_MODAL_MAX_INPUTS", "64"))
+    default_models = [{"path": f"{MODELS_DIR}/{DEFAULT_MODEL}", "name": DEFAULT_MODEL, "device": "cuda",
+                       "dtype": "float16"}]
+    return ModalSettings(
+        app_name=environ.get("TESSERA_MODAL_APP", "tessera"),
+        gpus=[g.strip() for g in environ.get("TESSERA_MODAL_GPU", "L4,A10G,T4").split(",") if g.strip()],
+        volume_name=environ.get("TESSERA_MODAL_VOLUME", "tessera-models"),
+        volume_version=int(environ.get("TESSERA_MODAL_VOLUME_VERSION", "2")),
+        scaledown_s=int(environ.get("TESSERA_MODAL_SCALEDOWN_S", "300")),
+        min_containers=int(environ.get("TESSERA_MODAL_MIN_CONTAINERS", "0")),
+        max_containers=int(environ.get("TESSERA_MODAL_MAX_CONTAINERS", "4")),
+        max_inputs=max_inputs,
+        target_inputs=int(environ.get("TESSERA_MODAL_TARGET_INPUTS") or max(1, max_inputs * 3 // 4)),
+        snapshot=environ.get("TESSERA_MODAL_SNAPSHOT", "1") == "1",
+        secret_name=environ.get("TESSERA_MODAL_SECRET", ""),
+        proxy_auth=environ.get("TESSERA_MODAL_PROXY_AUTH", "0") == "1",
+        models=environ.get("TESSERA_MODELS") or json.dumps(default_models),
+    )
+
+
+def deploy_time_keys_problem(environ: Mapping[str, str]) -> str | None:
+    """Why ``environ`` cannot deploy (API keys set, no Modal Secret named to carry them: the app never
+    sends deploy-time keys), or None. The message never holds the keys."""
+    if environ.get("TESSERA_API_KEYS") and not environ.get("TESSERA_MODAL_SECRET"):
+        return ("TESSERA_API_KEYS is set, but the Modal app never sends deploy-time keys (they would be stored in "
+                "the app's definition): put them in a Modal Secret and name it, e.g. modal secret create "
+                "tessera-keys TESSERA_API_KEYS='[\"sk-...\"]' and TESSERA_MODAL_SECRET=tessera-keys")
+    return None
