@@ -8,8 +8,6 @@ import os
 import subprocess
 import sys
 
-import numpy as np
-
 from core.config import ModelSpec, Settings
 from core.engine import Engine
 from core.tasks.embed import EmbedRequest
