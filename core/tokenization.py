@@ -77,6 +77,11 @@ class TextTokenizer:
         self.vocab_size = self._full.get_vocab_size(with_added_tokens=True)
         self.pad_id = self._pad_id(folder)
 
+    @property
+    def untruncated(self):
+        """The folder's ``tokenizers.Tokenizer`` without truncation or padding (chunking cuts its own windows)."""
+        return self._full
+
     def _pad_id(self, folder: Path) -> int:
         import json
 

@@ -123,19 +123,6 @@ def refuse_long_input_options(request, task_name: str) -> None:
                                f"{task_name!r}", param=param)
 
 
-def _raw_tokenizer(task) -> Any:
-    """The folder's tokenizer without truncation or padding (made once per task)."""
-    tok = getattr(task, "_chunk_tokenizer", None)
-    if tok is None:
-        from tokenizers import Tokenizer
-
-        tok = Tokenizer.from_file(str(task.info.folder / "tokenizer.json"))
-        tok.no_truncation()
-        tok.no_padding()
-        task._chunk_tokenizer = tok
-    return tok
-
-
 def _encode(tok, texts: list[str]):
     try:
         return tok.encode_batch(texts, add_special_tokens=False)
@@ -179,7 +166,7 @@ def prepare_chunked(task, request) -> list[Window]:
     if not 0 < size <= task.info.max_length:
         raise InvalidInput(f"chunking.size must be between 1 and the model's max length {task.info.max_length}",
                            param="chunking")
-    tok = _raw_tokenizer(task)
+    tok = task.tokenizer.untruncated
     items: list[Window] = []
     for i, enc in enumerate(_encode(tok, list(request.texts))):
         for w in _windows(tok, enc, size, options.overlap, "chunking"):
@@ -227,7 +214,7 @@ def _context(request) -> tuple[str, list[tuple[int, int]]]:
 def prepare_late(task, request) -> list[LateWindow]:
     _check(task, request)
     text, spans = _context(request)
-    tok = _raw_tokenizer(task)
+    tok = task.tokenizer.untruncated
     (enc,) = _encode(tok, [text])
     offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
     chunks = []
