@@ -10,7 +10,7 @@ import shutil
 import pytest
 from fastapi.routing import APIRoute
 
-import core.api.app as app_module
+import core.api.keys as keys_module
 from tests.api.conftest import assert_error, client_for
 
 KEY = "s3cret-key"
@@ -54,13 +54,13 @@ def test_every_route_needs_the_key_but_health(guarded):
 
 def test_keys_are_compared_in_constant_time(guarded, monkeypatch):
     calls = []
-    real = app_module.hmac.compare_digest
+    real = keys_module.hmac.compare_digest
 
     def recording(a, b):
         calls.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(app_module.hmac, "compare_digest", recording)
+    monkeypatch.setattr(keys_module.hmac, "compare_digest", recording)
     guarded.get("/v1/models", headers={"Authorization": "Bearer guess"})
     assert calls == [(b"guess", KEY.encode())]
 
