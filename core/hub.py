@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Iterable
 
 from core.errors import ModelUnavailable
-from core.loading import onnx_graph_names
+from core.loading import BACKEND_NAMES, onnx_graph_names
 
 if TYPE_CHECKING:
     from core.config import ModelSpec
@@ -35,7 +35,7 @@ _META_SUFFIXES = (".json", ".txt", ".model", ".tiktoken")
 _MODULE_DIR = re.compile(r"\d+_[^/]+")
 #: weights of BGE-M3-style heads beside the encoder (see core/tasks/multi_output.py)
 _HEAD_STEMS = ("sparse_linear", "colbert_linear")
-BACKEND_CHOICES = ("auto", "torch", "onnx", "ct2", "neuron")
+BACKEND_CHOICES = ("auto", *BACKEND_NAMES)
 
 
 def hub_id_of(path: str | Path) -> str | None:

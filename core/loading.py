@@ -11,6 +11,9 @@ from typing import Any
 
 from core.errors import InvalidInput
 
+#: the backends a spec may name besides ``auto`` (core/backends/registry.py maps each to its class)
+BACKEND_NAMES = ("torch", "onnx", "ct2", "neuron")
+
 
 @dataclass(frozen=True)
 class ModelInfo:

@@ -87,3 +87,15 @@ def test_hub_ids(value, expected, tmp_path, monkeypatch):
     if value.startswith("sentence-transformers/"):
         (tmp_path / value).mkdir(parents=True)  # a local folder of that name wins
     assert hub_id_of(value) == expected
+
+
+def test_the_backend_names_a_spec_may_name_are_the_registry_s():
+    """The Hub's file selection and the registry agree on the backends (one list, in core.loading)."""
+    from core.backends.registry import BACKENDS
+    from core.loading import BACKEND_NAMES
+    from core.hub import BACKEND_CHOICES
+
+    assert tuple(BACKENDS) == BACKEND_NAMES
+    assert BACKEND_CHOICES == ("auto", *BACKEND_NAMES)
+    with pytest.raises(ModelUnavailable, match="unknown backend 'tensorrt'"):
+        select_files(["config.json", "model.safetensors"], backend="tensorrt")
