@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import time
 from pathlib import Path
 
 from benchmarks.artifacts import ensure_ct2, ensure_onnx, token_counts_for
@@ -80,6 +81,17 @@ def main() -> int:
         result["start_to_ready_s"] = wait_ready(url, proc)
         import httpx
 
+        # the first request of each shape right after /ready (warm-up's job: as fast as the steady state)
+        first_ms = {}
+        with httpx.Client(headers=headers, timeout=120) as client:
+            client.get(url + "/health")  # the connection is opened here: its set-up is not the server's first request
+            for kind in kinds:
+                for batch in batches:
+                    body = {"input": make_texts(kind, batch, seed=99), "model": args.served_name,
+                            "encoding_format": args.encoding}
+                    started = time.perf_counter()
+                    client.post(url + "/v1/embeddings", json=body).raise_for_status()
+                    first_ms[(kind, batch)] = 1e3 * (time.perf_counter() - started)
         probe = httpx.post(url + "/v1/embeddings", json={"input": "probe", "model": args.served_name},
                            headers=headers, timeout=60).json()
         dim = len(probe["data"][0]["embedding"])
@@ -101,6 +113,13 @@ def main() -> int:
             stop_server(proc)
     print_table(result["http"], f"HTTP, closed loop ({args.duration:.0f} s per cell), {spec['backend']} {spec['dtype']}")
     print(f"\nstart → ready: {result['start_to_ready_s']:.1f} s; server peak RSS: {result['server_peak_rss_mb']} MB")
+    steady = {(c["texts"], c["batch"]): c["p50 ms"] for c in result["http"] if c["conc"] == 1}
+    result["first_request_ms"] = []
+    for (kind, batch), ms in first_ms.items():
+        if (kind, batch) in steady:
+            ratio = ms / steady[(kind, batch)]
+            result["first_request_ms"].append({"texts": kind, "batch": batch, "first ms": ms, "ratio": ratio})
+            print(f"first request after /ready, {kind} × {batch}: {ms:.1f} ms = {ratio:.2f}× the steady p50 (1 client)")
     if not args.no_inprocess:
         result["inprocess"] = inprocess_cells(
             {k: v for k, v in spec.items() if k != "name"}, kinds, batches, min(args.duration, 10), threads)
