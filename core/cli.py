@@ -16,6 +16,7 @@ import sys
 
 from core.backends.registry import BACKENDS
 from core.config import ModelSpec, Settings, settings_from_env
+from core.loading import BACKEND_NAMES
 from core.errors import ConfigError, StartupFailed, TesseraError
 
 _SKIP = {"models"}  # given as --model (or TESSERA_MODELS / a config file for full specs)
@@ -128,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     download.add_argument("models", nargs="*", metavar="MODEL", help="Hub ids (org/name)")
     download.add_argument("--revision", default=None, help="branch, tag or commit (default: main)")
     download.add_argument("--backend", default="auto", help="the backend whose files to fetch: "
-                          "auto (weights and the ONNX graph when there is one) | torch | onnx | ct2 | neuron")
+                          "auto (weights and the ONNX graph when there is one) | " + " | ".join(BACKEND_NAMES))
     download.add_argument("--dtype", default="float32", help="the dtype whose ONNX graph to fetch")
     _add_prepare(sub)
     return parser

@@ -20,6 +20,7 @@ from pydantic_settings.exceptions import SettingsError
 from pydantic_settings.sources.utils import parse_env_vars
 
 from core.errors import ConfigError
+from core.loading import BACKEND_NAMES
 
 
 
@@ -58,7 +59,7 @@ class ModelSpec(BaseModel):
     )
     name: str | None = Field(default=None, description="served name; defaults to the folder name, or the Hub id")
     task: str = Field(default="auto", description="task; 'auto' detects it from the folder")
-    backend: str = Field(default="auto", description="auto | torch | onnx | ct2 | neuron")
+    backend: str = Field(default="auto", description=" | ".join(("auto", *BACKEND_NAMES)))
     device: str = Field(default="cpu", description="cpu | cuda | cuda:N | neuron")
     dtype: str = Field(default="float32", description="float32 | float16 | bfloat16 | int8 (ct2 also int8_float32, int8_float16)")
     max_batch_tokens: int | None = Field(

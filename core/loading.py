@@ -11,7 +11,8 @@ from typing import Any
 
 from core.errors import InvalidInput
 
-#: the backends a spec may name besides ``auto`` (core/backends/registry.py maps each to its class)
+#: the backends a spec may name besides ``auto`` (core/backends/registry.py maps each to its class; the
+#: config's field description, the CLI's help and the Hub's file selection read this list)
 BACKEND_NAMES = ("torch", "onnx", "ct2", "neuron")
 
 
