@@ -81,17 +81,18 @@ def main() -> int:
         result["start_to_ready_s"] = wait_ready(url, proc)
         import httpx
 
-        # the first request of each shape right after /ready (warm-up's job: as fast as the steady state)
+        # the first request of each shape right after /ready (warm-up's job: as fast as the steady state);
+        # only for a server started here (one given by --url has served before)
         first_ms = {}
         with httpx.Client(headers=headers, timeout=120) as client:
+            shapes = [(kind, batch) for kind in kinds for batch in batches] if proc is not None else []
             client.get(url + "/health")  # the connection is opened here: its set-up is not the server's first request
-            for kind in kinds:
-                for batch in batches:
-                    body = {"input": make_texts(kind, batch, seed=99), "model": args.served_name,
-                            "encoding_format": args.encoding}
-                    started = time.perf_counter()
-                    client.post(url + "/v1/embeddings", json=body).raise_for_status()
-                    first_ms[(kind, batch)] = 1e3 * (time.perf_counter() - started)
+            for kind, batch in shapes:
+                body = {"input": make_texts(kind, batch, seed=99), "model": args.served_name,
+                        "encoding_format": args.encoding}
+                started = time.perf_counter()
+                client.post(url + "/v1/embeddings", json=body).raise_for_status()
+                first_ms[(kind, batch)] = 1e3 * (time.perf_counter() - started)
         probe = httpx.post(url + "/v1/embeddings", json={"input": "probe", "model": args.served_name},
                            headers=headers, timeout=60).json()
         dim = len(probe["data"][0]["embedding"])
