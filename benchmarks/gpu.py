@@ -20,7 +20,10 @@ ORT_GPU_MISSING = ("not run: onnxruntime-gpu is not installed on this machine (p
 
 
 def spec_for(backend: str, model_path: Path, device: str, dtype: str) -> tuple[dict | None, str | None]:
-    """The served spec, or None and why it cannot run here."""
+    """The served spec, or None and why it cannot run here. ``auto``: the folder alone, every other choice
+    (device, backend, dtype) left to the server's defaults, as a user who configures nothing gets it."""
+    if backend == "auto":
+        return {"path": str(model_path)}, None
     if backend == "torch":
         return {"path": str(model_path), "backend": "torch", "device": device, "dtype": dtype}, None
     if backend != "onnx":
@@ -36,11 +39,16 @@ def spec_for(backend: str, model_path: Path, device: str, dtype: str) -> tuple[d
     return {"path": str(folder), "backend": "onnx", "device": device, "dtype": dtype}, None
 
 
+def entry_key(name: str, args) -> str:
+    """The result's key for backend ``name``: ``torch:float16@cuda``, or ``auto (defaults)``."""
+    return "auto (defaults)" if name == "auto" else f"{name}:{args.dtype}@{args.device}"
+
+
 def run_backend(name: str, args, model_path: Path, reference: dict, budget: Budget, pool, result: dict,
                 write) -> None:
     """Measure backend ``name`` with the options of ``args`` into ``result["backends"]``, calling ``write``
     after each step so a run cut short keeps what it measured."""
-    key = f"{name}:{args.dtype}@{args.device}"
+    key = entry_key(name, args)
     entry: dict = {"status": "started"}
     result["backends"][key] = entry
     if not budget.allows(40):  # a server start, parity and a cell at least
@@ -65,6 +73,8 @@ def run_backend(name: str, args, model_path: Path, reference: dict, budget: Budg
             probe = httpx.post(url + "/v1/embeddings", json={"input": "probe", "model": "bench"}, timeout=60)
             dim = len(probe.json()["data"][0]["embedding"])
         providers = entry["card"].get("providers")
+        entry["served"] = {k: entry["card"].get(k) for k in ("backend", "device", "dtype", "backend_reason")}
+        print(f"{key}: served as {json.dumps(entry['served'])}", flush=True)
         if name == "onnx" and args.device.startswith("cuda") and (not providers or providers[0] != "CUDAExecutionProvider"):
             entry["status"] = f"not run: ONNX Runtime fell back to {providers} (CUDA provider failed to load)"
             return

@@ -31,6 +31,11 @@ def markdown(result: dict) -> str:
         if "spec" not in e or e["status"].startswith("not run") or e["status"].startswith("failed"):
             lines += [f"{e['status']}.", ""]
             continue
+        served = e.get("served")
+        if served:
+            lines.append(f"Served as: backend `{served.get('backend')}`, device `{served.get('device')}`, dtype "
+                         f"`{served.get('dtype')}`" + (f" — {served['backend_reason']}" if served.get("backend_reason") else "")
+                         + ".")
         p = e.get("parity")
         if p:
             flag = "" if p["worst cosine"] >= 0.999 else " ⚠ below 0.999"

@@ -60,8 +60,11 @@ class ModelSpec(BaseModel):
     name: str | None = Field(default=None, description="served name; defaults to the folder name, or the Hub id")
     task: str = Field(default="auto", description="task; 'auto' detects it from the folder")
     backend: str = Field(default="auto", description=" | ".join(("auto", *BACKEND_NAMES)))
-    device: str = Field(default="cpu", description="cpu | cuda | cuda:N | neuron")
-    dtype: str = Field(default="float32", description="float32 | float16 | bfloat16 | int8 (ct2 also int8_float32, int8_float16)")
+    device: str = Field(default="auto", description="auto | cpu | cuda | cuda:N | neuron; auto: cuda when a GPU is "
+                        "visible and torch is a CUDA build, else cpu (resolved when the spec is read)")
+    dtype: str = Field(default="float32", description="float32 | float16 | bfloat16 | int8 (ct2 also int8_float32, "
+                       "int8_float16). Unset on CUDA with backend auto: the fastest of float16 / bfloat16 (and ONNX "
+                       "Runtime's CUDA provider) that keeps parity with float32, measured once per GPU (docs/backends.md)")
     max_batch_tokens: int | None = Field(
         default=None, gt=0,
         description="padded tokens per batch; default: 512 on CPU, 16384 on accelerators (docs/benchmarks.md "
@@ -119,6 +122,20 @@ class ModelSpec(BaseModel):
     # --- torch only ---------------------------------------------------------------------------------
     compile: bool = Field(default=False, json_schema_extra=_only("torch"),
                           description="run the model through torch.compile")
+
+    @model_validator(mode="after")
+    def _resolve_auto_device(self) -> "ModelSpec":
+        """``device: auto`` becomes the device this machine offers (``core.devices.auto_device``)."""
+        if self.device == "auto":
+            from core.devices import auto_device
+
+            self.device = auto_device(os.environ)
+        return self
+
+    @property
+    def dtype_is_set(self) -> bool:
+        """The spec names its dtype (else ``auto`` may choose one on an accelerator, see ``core.backends.precision``)."""
+        return "dtype" in self.model_fields_set
 
     @model_validator(mode="after")
     def _onnx_file_in_folder(self) -> "ModelSpec":

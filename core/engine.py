@@ -81,7 +81,9 @@ class Engine:
             )
         task_name = detect_task(info) if spec.task == "auto" else spec.task
         choice = choose(spec, head=task_class(task_name).head, cache_dir=settings.cache_dir,
-                        auto_export=settings.auto_export)
+                        auto_export=settings.auto_export, threads=spec.threads or settings.threads)
+        if choice.dtype is not None:  # chosen for a spec that named none: served and shown as such
+            spec = spec.model_copy(update={"dtype": choice.dtype})
         log.info("model %s: backend %s (%s)", spec.served_name, choice.backend, choice.reason)
         backend = create_backend(spec, choice)
         # a static-shape backend (Neuron buckets) caps the length the tokenizer truncates/refuses at

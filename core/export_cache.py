@@ -125,12 +125,12 @@ class _Digests:
     def save(self) -> None:
         if self._dirty:
             try:
-                _write_json(self._file, self._memo)
+                write_json(self._file, self._memo)
             except OSError as exc:  # a read-only cache still serves; digests are recomputed next time
                 log.debug("could not save %s: %s", self._file, exc)
 
 
-def _write_json(path: Path, data: dict) -> None:
+def write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w") as f:
@@ -194,6 +194,33 @@ def cached_or_export(folder: Path, *, head: str, cache_dir: Path, dtype: str = "
     return _export(folder, key, inputs, head=head, cache_dir=cache_dir, opset=opset, max_length=max_length)
 
 
+def cached_fp16(folder: Path, *, head: str, cache_dir: Path, max_length: int | None = None) -> Path:
+    """The fp16 graph for ONNX Runtime's CUDA provider: the folder's own ``onnx/model_fp16.onnx``, else the
+    cached fp32 export (``cached_or_export``) converted once (``core/convert/onnx_fp16.py``: fused, then
+    fp16) into the same cache entry. Raises ``ExportUnavailable``."""
+    folder = Path(folder)
+    own = folder / "onnx" / "model_fp16.onnx"
+    if own.exists():
+        return own
+    fp32 = cached_or_export(folder, head=head, cache_dir=cache_dir, max_length=max_length)
+    fp16 = fp32.path.parent / "model_fp16.onnx"
+    if fp16.exists():
+        return fp16
+    from core.convert.onnx_fp16 import convert_fp16
+
+    fd, tmp = tempfile.mkstemp(dir=fp16.parent, prefix=".model_fp16.", suffix=".onnx")
+    os.close(fd)
+    try:
+        config = json.loads((folder / "config.json").read_text())
+        convert_fp16(fp32.path, Path(tmp), config=config)
+        os.replace(tmp, fp16)
+    except Exception as exc:  # noqa: BLE001 - any converter failure means "no ONNX Runtime CUDA candidate", and why
+        raise ExportUnavailable(f"fp16 conversion failed: {type(exc).__name__}: {exc}") from exc
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return fp16
+
+
 def _export(folder: Path, key: str, inputs: dict, *, head: str, cache_dir: Path, opset: int,
             max_length: int | None) -> CachedGraph:
     from core.convert.onnx_export import export_model, load_head_model
@@ -226,7 +253,7 @@ def _export(folder: Path, key: str, inputs: dict, *, head: str, cache_dir: Path,
                 + f"; needs cosine >= {PARITY_MIN_COSINE}")
             _record_failure(entry, inputs, reason)
             raise ExportUnavailable(reason)
-        _write_json(work / "entry.json", {**inputs, "key": key, "source": str(folder.resolve()),
+        write_json(work / "entry.json", {**inputs, "key": key, "source": str(folder.resolve()),
                                           "min_cosine": cosines, "max_norm_error": norm_errors,
                                           "created": time.time()})
         try:
@@ -244,7 +271,7 @@ def _export(folder: Path, key: str, inputs: dict, *, head: str, cache_dir: Path,
 def _record_failure(entry: Path, inputs: dict, reason: str) -> None:
     log.warning("%s", reason)
     try:
-        _write_json(entry / "failed.json", {**inputs, "reason": reason, "created": time.time()})
+        write_json(entry / "failed.json", {**inputs, "reason": reason, "created": time.time()})
     except OSError as exc:
         log.debug("could not record the failure in %s: %s", entry, exc)
 

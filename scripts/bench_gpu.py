@@ -41,7 +41,7 @@ from pathlib import Path
 
 from benchmarks.budget import Budget
 from benchmarks.docs_section import merge
-from benchmarks.gpu import run_backend
+from benchmarks.gpu import entry_key, run_backend
 from benchmarks.gpu_report import markdown
 from benchmarks.load import warm_client
 from benchmarks.machine import machine_info
@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reference", type=Path, help="default: <model>/reference.npz (else computed here, fp32 CPU)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--dtype", default="float16")
-    p.add_argument("--backends", default="torch,onnx")
+    p.add_argument("--backends", default="auto,torch,onnx",
+                   help="auto: the folder alone, served with the defaults (device, backend and dtype chosen by "
+                        "the server); torch / onnx: with --device and --dtype")
     p.add_argument("--texts", default="short,long,mixed")
     p.add_argument("--batch", default="1,32")
     p.add_argument("--concurrency", default="1,16,64")
@@ -129,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 run_backend(name, args, args.model, reference, budget, pool, result, write)
             except (Exception, SystemExit) as exc:  # one backend's failure must not lose the others' figures
-                result["backends"].setdefault(f"{name}:{args.dtype}@{args.device}", {})["status"] = (
+                result["backends"].setdefault(entry_key(name, args), {})["status"] = (
                     f"failed: {type(exc).__name__}: {exc}")
                 print(f"{name}: failed: {exc!r}", flush=True)
             write()

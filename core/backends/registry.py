@@ -42,6 +42,8 @@ class Choice:
     onnx_file: Path | None = None
     #: True when a faster backend was meant but could not be had (export or its check failed)
     fell_back: bool = False
+    #: the dtype chosen for a spec that named none (on an accelerator, ``core.backends.precision``)
+    dtype: str | None = None
 
 
 def onnx_file_for(spec: ModelSpec) -> Path | None:
@@ -81,9 +83,9 @@ def _has_ctranslate2() -> bool:
 
 
 def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None = None,
-           auto_export: bool = True) -> Choice:
-    """The backend for a spec. ``head``: the head the task runs (needed to export); ``cache_dir`` and
-    ``auto_export``: the settings of the export cache (``auto`` on a CPU only)."""
+           auto_export: bool = True, threads: int = 1) -> Choice:
+    """The backend for a spec. ``head``: the head the task runs (needed to export or measure); ``cache_dir``
+    and ``auto_export``: the settings of the export cache; ``threads``: the runtime threads of a measurement."""
     from core.export_cache import ExportUnavailable, cached_or_export, has_torch_weights
 
     if spec.backend != "auto":
@@ -118,8 +120,18 @@ def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None =
             return Choice("torch", f"compiled Neuron buckets do not run on {spec.device}, and the folder has no "
                                    "ONNX or CTranslate2 artifact")
         return Choice("torch", "no ONNX, CTranslate2 or Neuron artifact in the folder")
+    if kind == "cuda" and head is not None and not spec.dtype_is_set:
+        from core.backends.precision import cuda_candidates, fastest
+
+        cache_dir = cache_dir if cache_dir is not None else _default_cache_dir()
+        candidates, notes = cuda_candidates(spec, head, cache_dir, auto_export)
+        verdict = fastest(spec, head, candidates, load=lambda c: load_candidate(spec, c, head, threads),
+                          cache_dir=cache_dir, notes=notes)
+        return Choice(verdict.backend, verdict.reason, onnx_file=verdict.onnx_file, fell_back=verdict.fell_back,
+                      dtype=verdict.dtype)
     if spec.device != "cpu":
-        return Choice("torch", f"auto on {spec.device}: torch")
+        return Choice("torch", f"auto on {spec.device} with dtype {spec.dtype}: torch"
+                      if spec.dtype_is_set else f"auto on {spec.device}: torch")
     if ONNX_DTYPE_ALIASES.get(spec.dtype, spec.dtype) != "float32":
         return Choice("torch", f"no {spec.dtype} ONNX graph in the folder and only float32 is exported "
                                f"automatically (for ONNX {spec.dtype}: scripts/export_onnx.py)")
@@ -132,9 +144,7 @@ def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None =
     if not _has_onnxruntime():
         return Choice("torch", f"onnxruntime is not installed ({install_hint('onnx')})", fell_back=True)
     if cache_dir is None:
-        from core.config import default_cache_dir
-
-        cache_dir = default_cache_dir()
+        cache_dir = _default_cache_dir()
     try:
         cached = cached_or_export(spec.path, head=head, cache_dir=cache_dir, max_length=spec.max_length)
     except ExportUnavailable as exc:
@@ -143,6 +153,12 @@ def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None =
     how = "exported now" if cached.exported_now else "from the export cache"
     return Choice("onnx", f"ONNX Runtime on CPU, graph {how} ({cached.path.parent}), worst cosine vs torch "
                           f"{worst:.6f}", onnx_file=cached.path)
+
+
+def _default_cache_dir() -> Path:
+    from core.config import default_cache_dir
+
+    return default_cache_dir()
 
 
 def resolve_name(spec: ModelSpec) -> str:
@@ -161,3 +177,12 @@ def create_backend(spec: ModelSpec, choice: Choice | None = None) -> Backend:
     if choice.onnx_file is not None:
         spec = spec.model_copy(update={"onnx_file": choice.onnx_file})
     return getattr(module, class_name).from_spec(spec)
+
+
+def load_candidate(spec: ModelSpec, candidate, head: str, threads: int) -> Backend:
+    """A backend of ``candidate`` (a ``core.backends.precision.Candidate``: backend, dtype, graph) loaded on
+    the spec's device, for measuring it."""
+    choice = Choice(candidate.backend, "measuring", onnx_file=candidate.onnx_file)
+    backend = create_backend(spec.model_copy(update={"dtype": candidate.dtype}), choice)
+    backend.load(spec.path, head=head, device=spec.device, dtype=candidate.dtype, threads=threads)
+    return backend

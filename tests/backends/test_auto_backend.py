@@ -140,8 +140,9 @@ def test_auto_export_off_explicit_backend_and_other_devices(exported):
     assert off.backend == "torch" and "TESSERA_AUTO_EXPORT=false" in off.reason
     explicit = choose(ModelSpec(path=folder, backend="torch"), head="encoder", cache_dir=cache)
     assert explicit.backend == "torch" and explicit.onnx_file is None and "set in the model spec" in explicit.reason
-    cuda = choose(ModelSpec(path=folder, device="cuda"), head="encoder", cache_dir=cache)
-    assert cuda.backend == "torch" and cuda.onnx_file is None
+    # a named dtype on CUDA: torch at that dtype (with none, `auto` measures: tests/backends/test_fastest_precision.py)
+    cuda = choose(ModelSpec(path=folder, device="cuda", dtype="float16"), head="encoder", cache_dir=cache)
+    assert cuda.backend == "torch" and cuda.onnx_file is None and cuda.dtype is None
     int8 = choose(ModelSpec(path=folder, dtype="int8"), head="encoder", cache_dir=cache)
     assert int8.backend == "torch" and "export_onnx.py" in int8.reason
 
