@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import ClassVar, Mapping
 
@@ -36,6 +37,20 @@ def quantize_int8(torch, model):
     with warnings.catch_warnings():  # torch.ao eager quantization warns that it is moving to torchao
         warnings.simplefilter("ignore")
         return quantize_dynamic(model, spec, dtype=torch.qint8)
+
+
+def attention_kernels(torch, device: str):
+    """The scaled-dot-product-attention kernels a forward on ``device`` may use (a context manager), or
+    None for torch's own choice. On CUDA, cuDNN's attention is left out: torch builds a cuDNN graph for every
+    new input shape (measured on an H200, torch 2.11: ~45 ms for each new (batch, length), 0.5-1 s with a
+    padding mask, then ~3 ms a call), and a server meets new shapes all the time; the flash and
+    memory-efficient kernels have no per-shape cost (docs/benchmarks.md, GPU section)."""
+    if not device.startswith("cuda"):
+        return None
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    allowed = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    return lambda: sdpa_kernel(allowed)
 
 
 def check_device(torch, device: str, dtype: str) -> None:
@@ -67,6 +82,7 @@ class TorchBackend(Backend):
         self._dtype = "float32"
         self._head: Head | None = None
         self._accepts: frozenset[str] = frozenset()
+        self._attention = None  # attention_kernels(): set per device
 
     def load(self, model_dir: Path, *, head: str, device: str, dtype: str, threads: int) -> None:
         torch = require("torch", "torch")
@@ -89,6 +105,7 @@ class TorchBackend(Backend):
         self._eager = model.to(device)
         self._model = torch.compile(self._eager, dynamic=True) if self._compile else self._eager
         self._device, self._head = device, spec
+        self._attention = attention_kernels(torch, device)
 
     def to_device(self, device: str, dtype: str | None = None) -> None:
         """Move the loaded model (e.g. loaded on the CPU before a memory snapshot) to ``device``, cast to
@@ -108,6 +125,7 @@ class TorchBackend(Backend):
         else:
             model = self._eager.to(device=device, dtype=getattr(torch, target))
         self._eager, self._dtype, self._device = model, target, device
+        self._attention = attention_kernels(torch, device)
         self._model = torch.compile(model, dynamic=True) if self._compile else model
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
@@ -117,7 +135,7 @@ class TorchBackend(Backend):
             raise BackendFailure("torch backend used before load()")
         feeds = {k: torch.from_numpy(v).to(self._device) for k, v in inputs.items() if k in self._accepts}
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), (self._attention() if self._attention else contextlib.nullcontext()):
                 out = self._head.call(self._model, feeds)
         except torch.OutOfMemoryError as exc:
             raise OutOfMemory(f"torch: {exc}") from exc
