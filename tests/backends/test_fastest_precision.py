@@ -147,3 +147,18 @@ def test_the_installed_torch_here_is_read_without_importing_it():
     import torch
 
     assert out == [str(torch.version.cuda is not None), "False"]
+
+
+def test_cuda_forwards_leave_cudnn_attention_out():
+    """torch builds a cuDNN attention graph per new input shape (0.05-1 s each on an H200): on CUDA the torch
+    backend runs attention with the flash / memory-efficient / math kernels only; on a CPU it changes nothing."""
+    import torch
+
+    from core.backends.torch import attention_kernels
+
+    assert attention_kernels(torch, "cpu") is None
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    with attention_kernels(torch, "cuda:0")():
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before
