@@ -224,8 +224,10 @@ class Registry:
         """Load every configured model. A model that fails to load is recorded in ``failed``, and the others
         still load; whether that may serve is :meth:`raise_if_unusable`'s rule."""
         registry = cls(allow_degraded=settings.allow_degraded)
-        for spec in settings.model_specs():
+        specs = settings.model_specs()
+        for index, spec in enumerate(specs, 1):
             started = time.monotonic()
+            log.info("loading model %d/%d: %s (%s)", index, len(specs), spec.served_name, spec.path)
             try:
                 engine = Engine.load(spec, settings, metrics, tracer=tracer)
             except TesseraError as exc:
@@ -236,7 +238,8 @@ class Registry:
                 log.exception("model %s failed to load", spec.served_name)
                 registry.failed[spec.served_name] = FailedModel(spec, f"{type(exc).__name__}: {exc}")
                 continue
-            log.info("loaded %s (%s) in %.1fs", spec.served_name, engine.backend.describe(), time.monotonic() - started)
+            log.info("loaded model %d/%d: %s (%s) in %.1fs", index, len(specs), spec.served_name,
+                     engine.backend.describe(), time.monotonic() - started)
             registry.engines[spec.served_name] = engine
         if metrics is not None:
             for name in registry.failed:

@@ -140,7 +140,7 @@ def test_logs_at_info_under_the_runtime_client(ric):
     lines = proc.stdout.splitlines()
     init = [line for line in lines if "init done in" in line]
     assert len(init) == 1 and init[0].startswith("[INFO]\t"), lines[:10]
-    assert any(line.startswith("[INFO]") and f"loaded {MODEL}" in line for line in lines)
+    assert any(line.startswith("[INFO]") and f"loaded model 1/1: {MODEL}" in line for line in lines)
     # the client's own format, with the request id on lines logged during an invocation
     assert any(line.startswith("[INFO]") and outcome.request_id in line and "POST /v1/embeddings 200" in line
                for line in lines)
