@@ -19,7 +19,10 @@ It speaks the endpoints the client uses (https://docs.aws.amazon.com/lambda/late
   answered at once. ``POST /2018-06-01/runtime/restore/error`` (an after-restore hook failed): recorded.
 
 ``RuntimeProcess`` runs the client in a subprocess against it, with the handler's folder as
-``LAMBDA_TASK_ROOT`` (and the working directory, as in the image) and the repository on ``PYTHONPATH``.
+``LAMBDA_TASK_ROOT`` (and the working directory, as in the image) and the repository on ``PYTHONPATH``; or,
+for a built zip package, another interpreter (the runtime's Python) with the package as the task root and
+that interpreter's runtime client on ``PYTHONPATH`` (as the managed runtime keeps its own outside the task
+root).
 """
 
 from __future__ import annotations
@@ -206,8 +209,8 @@ class RuntimeAPI:
 class RuntimeProcess:
     """``python -m awslambdaric handler.handler`` in its own process group, against ``api``."""
 
-    def __init__(self, api: RuntimeAPI, task_root: Path, repo_root: Path, env: dict[str, str] | None = None,
-                 handler: str = "handler.handler"):
+    def __init__(self, api: RuntimeAPI, task_root: Path, repo_root: Path | None, env: dict[str, str] | None = None,
+                 handler: str = "handler.handler", *, python: str = sys.executable, pythonpath: Path | None = None):
         self.api = api
         self.started = time.monotonic()
         environment = {
@@ -215,7 +218,7 @@ class RuntimeProcess:
             "HOME": os.environ.get("HOME", "/tmp"),
             "AWS_LAMBDA_RUNTIME_API": api.address,
             "LAMBDA_TASK_ROOT": str(task_root),
-            "PYTHONPATH": str(repo_root),
+            "PYTHONPATH": str(pythonpath or repo_root),
             "AWS_LAMBDA_FUNCTION_NAME": "tessera",
             "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
             "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1769",
@@ -225,7 +228,7 @@ class RuntimeProcess:
             "TOKENIZERS_PARALLELISM": "false",
             **(env or {}),
         }
-        self.proc = subprocess.Popen([sys.executable, "-m", "awslambdaric", handler], cwd=task_root, env=environment,
+        self.proc = subprocess.Popen([python, "-m", "awslambdaric", handler], cwd=task_root, env=environment,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         self._out: list[bytes] = []
         self._err: list[bytes] = []

@@ -3,6 +3,7 @@
 
     .venv/bin/python scripts/coldstart_lambda.py [--runs 3] [--memory 1769] [--client ric|import]
                                                  [--inputs N --words W]
+                                                 [--package TREE --python PY312 --runtime-client DIR]
 
 ``--client ric`` (the default) runs the handler the way the Lambda Python base image does:
 ``python -m awslambdaric handler.handler`` (AWS's runtime interface client, from the dev extra) in a
@@ -18,6 +19,12 @@ request), to weigh a warm-up (``TESSERA_LAMBDA_WARM_UP=true``, passed on like ev
 against what its absence costs the first request of a shape.
 ``--client import`` imports the handler in-process and calls it (no runtime client; init is timed
 from the start of the import).
+
+``--package TREE`` runs a built zip package (``scripts/build_lambda_zip.py --tree TREE``) as the managed
+runtime would: TREE as the task root, ``--python`` (a Python 3.12) with ``--runtime-client DIR`` (awslambdaric
+installed for that Python, e.g. by ``pip install --target DIR --python-version 3.12 --only-binary=:all:
+awslambdaric``) on its path, the packed model as ``TESSERA_MODELS``, and no bytecode written (Lambda's
+task root is read-only).
 
 Not included either way: Lambda's sandbox start and the image pull. Configure models with TESSERA_*
 as for the handler.
@@ -88,13 +95,21 @@ def run_import(memory: int, event: dict) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run_ric(memory: int, event: dict) -> dict:
+def run_ric(memory: int, event: dict, package: argparse.Namespace | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if k.startswith("TESSERA_")}
     env["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] = str(memory)
+    process: dict = {}
+    if package is not None:
+        from build_lambda_zip import models_env
+
+        env.setdefault("TESSERA_MODELS", models_env(str(package.package)))
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        process = {"python": package.python, "pythonpath": package.runtime_client}
     with RuntimeAPI() as api:
         pending = api.submit(event)
         started = time.monotonic()
-        with RuntimeProcess(api, HANDLER.parent, ROOT, env) as proc:
+        task_root = package.package if package is not None else HANDLER.parent
+        with RuntimeProcess(api, task_root, ROOT, env, **process) as proc:
             try:
                 outcome = api.wait(pending, 300)
             except TimeoutError:
@@ -121,10 +136,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="ric: python -m awslambdaric against a Runtime API stand-in; import: in-process")
     parser.add_argument("--inputs", type=int, default=1, help="texts in the event (default: one sentence)")
     parser.add_argument("--words", type=int, default=None, help="words per text (default: the sentence's 7)")
+    parser.add_argument("--package", type=Path, help="a built zip package's tree, run as the managed runtime would")
+    parser.add_argument("--python", help="with --package: a Python 3.12")
+    parser.add_argument("--runtime-client", type=Path, help="with --package: awslambdaric installed for --python")
     args = parser.parse_args(argv)
-    run = run_ric if args.client == "ric" else run_import
     event = event_for(args.inputs, args.words)
-    runs = [run(args.memory, event) for _ in range(args.runs)]
+    if args.package is not None:
+        if args.client != "ric" or not (args.python and args.runtime_client):
+            parser.error("--package runs under the runtime client and needs --python and --runtime-client")
+        runs = [run_ric(args.memory, event, args) for _ in range(args.runs)]
+    else:
+        run = run_ric if args.client == "ric" else run_import
+        runs = [run(args.memory, event) for _ in range(args.runs)]
     origin = "process start" if args.client == "ric" else "handler import"
     for i, r in enumerate(runs, 1):
         print(f"run {i}: first response {r['first_response_s'] * 1000:.0f} ms after {origin} "
