@@ -12,9 +12,17 @@ It speaks the endpoints the client uses (https://docs.aws.amazon.com/lambda/late
 - ``POST /2018-06-01/runtime/invocation/{id}/response`` and ``.../{id}/error``: recorded per request id.
 - ``POST /2018-06-01/runtime/init/error``: recorded; a second one is answered 403, as Lambda does when
   another worker of a multi-concurrency environment reported first.
+- ``GET /2018-06-01/runtime/restore/next`` (SnapStart: with ``AWS_LAMBDA_INITIALIZATION_TYPE=snap-start``
+  the client calls it after init and its before-snapshot hooks; Lambda takes the snapshot while the call
+  is pending and answers it in a restored environment): recorded, and held until :meth:`RuntimeAPI.restore`
+  when the stand-in was made with ``hold_restore=True`` (the moment the snapshot would be taken), else
+  answered at once. ``POST /2018-06-01/runtime/restore/error`` (an after-restore hook failed): recorded.
 
 ``RuntimeProcess`` runs the client in a subprocess against it, with the handler's folder as
-``LAMBDA_TASK_ROOT`` (and the working directory, as in the image) and the repository on ``PYTHONPATH``.
+``LAMBDA_TASK_ROOT`` (and the working directory, as in the image) and the repository on ``PYTHONPATH``; or,
+for a built zip package, another interpreter (the runtime's Python) with the package as the task root and
+that interpreter's runtime client on ``PYTHONPATH`` (as the managed runtime keeps its own outside the task
+root).
 """
 
 from __future__ import annotations
@@ -61,8 +69,16 @@ class _Pending:
 
 
 class RuntimeAPI:
-    def __init__(self, idle_timeout: float = 120.0):
+    def __init__(self, idle_timeout: float = 120.0, *, hold_restore: bool = False):
         self.idle_timeout = idle_timeout
+        #: set when the client asked for /restore/next (its init and before-snapshot hooks are done)
+        self.snapshot_requested = threading.Event()
+        #: what the client had asked of the API when it asked for /restore/next
+        self.next_calls_at_snapshot: int | None = None
+        self.restore_errors: list[dict] = []
+        self._restored = threading.Event()
+        if not hold_restore:
+            self._restored.set()
         self._queue: "queue.Queue[_Pending]" = queue.Queue()
         self._pending: dict[str, _Pending] = {}
         self._lock = threading.Lock()
@@ -82,6 +98,7 @@ class RuntimeAPI:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._restored.set()  # a held /restore/next ends with the stand-in
         self._http.close()
 
     # --- what the callers use --------------------------------------------------------------------
@@ -108,6 +125,14 @@ class RuntimeAPI:
     def wait_init_error(self, timeout: float) -> bool:
         return self._init_error_seen.wait(timeout)
 
+    def wait_snapshot(self, timeout: float) -> bool:
+        """Wait until the client asks for /restore/next (SnapStart: the snapshot would be taken now)."""
+        return self.snapshot_requested.wait(timeout)
+
+    def restore(self) -> None:
+        """Answer the pending /restore/next: the client goes on as in a restored environment."""
+        self._restored.set()
+
     # --- the HTTP side ---------------------------------------------------------------------------
     def _handler_class(self):
         api = self
@@ -120,6 +145,14 @@ class RuntimeAPI:
                 return self.rfile.read(length) if length else b""
 
             def do_GET(self) -> None:
+                if self.path == f"{PREFIX}/restore/next":
+                    api.next_calls_at_snapshot = api.next_calls
+                    api.snapshot_requested.set()
+                    if not api._restored.wait(api.idle_timeout):
+                        self.reply(500, b'{"errorMessage":"the stand-in was not told to restore"}')
+                        return
+                    self.reply(200, b"")
+                    return
                 if self.path != f"{PREFIX}/invocation/next":
                     self.reply(404, b'{"errorMessage":"not found"}')
                     return
@@ -153,6 +186,10 @@ class RuntimeAPI:
                     api._init_error_seen.set()
                     self.reply(202 if first else 403, b'{"status":"OK"}')
                     return
+                if parts == ["restore", "error"]:
+                    api.restore_errors.append(json.loads(body or b"null"))
+                    self.reply(202, b'{"status":"OK"}')
+                    return
                 if len(parts) == 3 and parts[0] == "invocation" and parts[2] in ("response", "error"):
                     with api._lock:
                         pending = api._pending.get(parts[1])
@@ -172,8 +209,8 @@ class RuntimeAPI:
 class RuntimeProcess:
     """``python -m awslambdaric handler.handler`` in its own process group, against ``api``."""
 
-    def __init__(self, api: RuntimeAPI, task_root: Path, repo_root: Path, env: dict[str, str] | None = None,
-                 handler: str = "handler.handler"):
+    def __init__(self, api: RuntimeAPI, task_root: Path, repo_root: Path | None, env: dict[str, str] | None = None,
+                 handler: str = "handler.handler", *, python: str = sys.executable, pythonpath: Path | None = None):
         self.api = api
         self.started = time.monotonic()
         environment = {
@@ -181,7 +218,7 @@ class RuntimeProcess:
             "HOME": os.environ.get("HOME", "/tmp"),
             "AWS_LAMBDA_RUNTIME_API": api.address,
             "LAMBDA_TASK_ROOT": str(task_root),
-            "PYTHONPATH": str(repo_root),
+            "PYTHONPATH": str(pythonpath or repo_root),
             "AWS_LAMBDA_FUNCTION_NAME": "tessera",
             "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
             "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1769",
@@ -191,7 +228,7 @@ class RuntimeProcess:
             "TOKENIZERS_PARALLELISM": "false",
             **(env or {}),
         }
-        self.proc = subprocess.Popen([sys.executable, "-m", "awslambdaric", handler], cwd=task_root, env=environment,
+        self.proc = subprocess.Popen([python, "-m", "awslambdaric", handler], cwd=task_root, env=environment,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         self._out: list[bytes] = []
         self._err: list[bytes] = []

@@ -114,6 +114,12 @@ class ModelSpec(BaseModel):
         description="let ONNX Runtime's threads busy-wait between runs (its default; off frees CPU for other work "
         "at some latency cost, see docs/benchmarks.md)",
     )
+    ort_optimized: bool = Field(
+        default=False, json_schema_extra=_only("onnx"),
+        description="the graph is ONNX Runtime's own optimized graph, written ahead of time (python -m "
+        "core.convert.ort_optimized; the Lambda image does): load it with graph optimizations off, skipping "
+        "their cost at start-up",
+    )
     providers: list[str] | None = Field(
         default=None, json_schema_extra=_only("onnx"),
         description="execution providers in order (default: from device)",

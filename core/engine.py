@@ -220,16 +220,17 @@ class Registry:
 
     @classmethod
     def from_settings(cls, settings: Settings, metrics: Metrics | None = None,
-                      tracer: NoTracer | OtelTracer = NO_TRACER) -> "Registry":
+                      tracer: NoTracer | OtelTracer = NO_TRACER, *, warm_up: bool = True) -> "Registry":
         """Load every configured model. A model that fails to load is recorded in ``failed``, and the others
-        still load; whether that may serve is :meth:`raise_if_unusable`'s rule."""
+        still load; whether that may serve is :meth:`raise_if_unusable`'s rule. ``warm_up=False`` leaves the
+        warm-up to the caller (:meth:`warm_up`), or skips it (Lambda's on-demand init)."""
         registry = cls(allow_degraded=settings.allow_degraded)
         specs = settings.model_specs()
         for index, spec in enumerate(specs, 1):
             started = time.monotonic()
             log.info("loading model %d/%d: %s (%s)", index, len(specs), spec.served_name, spec.path)
             try:
-                engine = Engine.load(spec, settings, metrics, tracer=tracer)
+                engine = Engine.load(spec, settings, metrics, tracer=tracer, warm_up=warm_up)
             except TesseraError as exc:
                 log.error("model %s failed to load: %s", spec.served_name, exc.message)
                 registry.failed[spec.served_name] = FailedModel(spec, exc.message)
@@ -246,6 +247,11 @@ class Registry:
                 metrics.model_load_failures.labels(name).inc()
             metrics.models_loaded.set(len(registry.engines))
         return registry
+
+    def warm_up(self) -> None:
+        """Run every engine's warm-up (:meth:`Engine.warm_up`)."""
+        for engine in self.engines.values():
+            engine.warm_up()
 
     def get(self, served_name: str | None, capability: str) -> Engine:
         """The engine serving ``served_name`` (optional when one model fits) that can do ``capability``."""

@@ -69,13 +69,25 @@ class TextTokenizer:
         self._truncating = Tokenizer.from_file(str(path))
         self._truncating.no_padding()
         self._truncating.enable_truncation(max_length)
-        self._full = Tokenizer.from_file(str(path))
-        self._full.no_padding()
-        self._full.no_truncation()
         self._path = path
-        self._left: Tokenizer | None = None  # truncating from the start, made on first use
-        self.vocab_size = self._full.get_vocab_size(with_added_tokens=True)
+        # without truncation (long inputs refused or chunked, pairs, prompts, decoding) and truncating from
+        # the start: made on first use, since a plain embedding request needs neither, and reading
+        # tokenizer.json again costs start-up time (a Lambda cold start)
+        self._untruncated: Tokenizer | None = None
+        self._left: Tokenizer | None = None
+        self.vocab_size = self._truncating.get_vocab_size(with_added_tokens=True)
         self.pad_id = self._pad_id(folder)
+
+    @property
+    def _full(self):
+        if self._untruncated is None:
+            from tokenizers import Tokenizer
+
+            full = Tokenizer.from_file(str(self._path))
+            full.no_padding()
+            full.no_truncation()
+            self._untruncated = full
+        return self._untruncated
 
     @property
     def untruncated(self):
@@ -90,7 +102,7 @@ class TextTokenizer:
         if cfg.get("pad_token_id") is not None:
             return int(cfg["pad_token_id"])
         for token in ("[PAD]", "<pad>", "<|endoftext|>"):
-            tid = self._full.token_to_id(token)
+            tid = self._truncating.token_to_id(token)
             if tid is not None:
                 return tid
         return 0

@@ -2,6 +2,7 @@
 """Create or update a Tessera deployment and wait until it serves.
 
     python scripts/deploy.py lambda    --image-uri URI [--stack-name tessera] [--param Key=Value ...]
+    python scripts/deploy.py lambda    --param PackageType=Zip --param ZipBucket=B --param ZipKey=K [...]
     python scripts/deploy.py sagemaker --bucket BUCKET [--params-file infra/sagemaker/params-cuda.json]
                                        [--stack-name tessera-sm] [--param Key=Value ...]
     python scripts/deploy.py modal     [--env-file infra/modal/tessera.env] [--env TESSERA_MODAL_GPU=L4 ...]
@@ -641,7 +642,8 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout, *, clients=Non
             params["ModelBucket"] = args.bucket
         params.update(parse_pairs(args.param, "--param"))
         required = {"lambda": "ImageUri", "sagemaker": "ModelBucket"}[args.platform]
-        if not params.get(required):
+        zipped = args.platform == "lambda" and params.get("PackageType") == "Zip"  # its Rules name what it needs
+        if not params.get(required) and not zipped:
             parser.error(f"{required} is required (--{'image-uri' if required == 'ImageUri' else 'bucket'} "
                          f"or --param {required}=...)")
         template_path = args.template or TEMPLATES[args.platform]

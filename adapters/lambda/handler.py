@@ -30,6 +30,18 @@ execution environment.
   (``context.get_remaining_time_in_millis()``) less ``TESSERA_LAMBDA_DEADLINE_MARGIN_S`` (1 s), passed
   to the app as its ``X-Request-Timeout``: past it the client gets a 504 in the OpenAI error shape
   before Lambda ends the invocation.
+- Warm-up: not on an on-demand init. On this int8 graph at one thread the first run of a batch shape
+  costs little more than the second (measured per shape, docs/benchmarks.md "Lambda cold start"), so
+  the warm-up's full batches would mostly lengthen the cold start; ``TESSERA_LAMBDA_WARM_UP=true`` turns it
+  back on (a model whose first runs do cost more).
+- SnapStart (zip package, ``scripts/build_lambda_zip.py``; ``AWS_LAMBDA_INITIALIZATION_TYPE=snap-start``):
+  the models load during init as always, and a before-snapshot hook (``snapshot_restore_py``, which the
+  runtime client runs before it asks for ``/restore/next``) runs the full warm-up, so its cost lands in
+  the snapshot, not in any restore. After restore a hook re-seeds the process's random generators (every
+  environment restored from one snapshot would otherwise share their state). Nothing else needs
+  re-opening: init opens no socket (the batchers, their event-loop tasks and the tokenizer pool start on
+  the first request, after restore; the OTLP exporter, when configured, connects on its first export),
+  and ONNX Runtime's thread pool is restored with the rest of the microVM's memory.
 - Logging: under the runtime client (which puts its own handler, text or JSON per
   ``AWS_LAMBDA_LOG_FORMAT``, on the root logger before importing this file) the level is set from
   ``AWS_LAMBDA_LOG_LEVEL`` (the function's ``LoggingConfig``), else ``TESSERA_LOG_LEVEL``.
@@ -45,6 +57,8 @@ import importlib.util
 import logging
 import math
 import os
+import random
+import sys
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -72,6 +86,8 @@ MAX_VCPUS = 6
 #: the synchronous invocation payload limit (request and response), 6 MB
 RESPONSE_LIMIT_BYTES = 6 * 1024 * 1024
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+#: ``AWS_LAMBDA_INITIALIZATION_TYPE`` of an init whose end is snapshotted (SnapStart, published versions)
+SNAP_START = "snap-start"
 
 
 #: kept back from each invocation's remaining time, to answer a 504 before Lambda ends the invocation
@@ -146,6 +162,10 @@ class LambdaSettings(Settings):
     lambda_deadline_margin_s: float = Field(
         default=DEADLINE_MARGIN_S, ge=0,
         description="kept back from each invocation's remaining time, to answer 504 before Lambda ends it")
+    lambda_warm_up: bool = Field(
+        default=False,
+        description="run the warm-up batches during an on-demand init (a SnapStart init always warms up, "
+        "before the snapshot)")
 
 
 def lambda_settings(environ: Mapping[str, str]) -> LambdaSettings:
@@ -293,13 +313,52 @@ def with_deadline(event: dict[str, Any], remaining_ms: int, margin_s: float) -> 
     return event
 
 
+def snap_start(environ: Mapping[str, str]) -> bool:
+    """Whether this init ends in a SnapStart snapshot (the runtime client then runs the snapshot hooks)."""
+    return environ.get("AWS_LAMBDA_INITIALIZATION_TYPE") == SNAP_START
+
+
+def before_snapshot(registry: Registry) -> None:
+    """Warm every model up, so that the snapshot holds ONNX Runtime's allocations for every batch shape."""
+    started = time.monotonic()
+    registry.warm_up()
+    log.info("before snapshot: models %s warmed up in %.2fs", sorted(registry.engines), time.monotonic() - started)
+
+
+def after_restore() -> None:
+    """Fresh random state for this environment: every environment restored from one snapshot starts with
+    the same generator state, which must not be shared (numpy's global generator too, when loaded)."""
+    random.seed()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+    log.info("after restore: random state re-seeded")
+
+
+def register_snapshot_hooks(registry: Registry) -> None:
+    """The SnapStart runtime hooks, through ``snapshot_restore_py`` (part of the Lambda Python runtimes and
+    a dependency of awslambdaric); the runtime client runs them around the snapshot."""
+    try:
+        import snapshot_restore_py
+    except ImportError as exc:
+        raise MissingDependency(
+            "SnapStart needs snapshot_restore_py, which the Lambda Python runtime provides "
+            f"(pip install awslambdaric brings it elsewhere): {exc}") from exc
+    snapshot_restore_py.register_before_snapshot(before_snapshot, registry)
+    snapshot_restore_py.register_after_restore(after_restore)
+
+
 # --- init: once per execution environment ------------------------------------------------------
 settings = lambda_settings(os.environ)
 configure_logging(settings.log_level)
 tracer = tracer_from_env(os.environ)
-registry = Registry.from_settings(settings, tracer=tracer)
+_snap_start = snap_start(os.environ)
+# the warm-up runs before the snapshot under SnapStart; on demand only when asked for
+registry = Registry.from_settings(settings, tracer=tracer, warm_up=settings.lambda_warm_up and not _snap_start)
 # no health check on Lambda: an environment that cannot serve fails init (StartupFailed → init error)
 registry.raise_if_unusable()
+if _snap_start:
+    register_snapshot_hooks(registry)
 app = create_app(settings, registry=registry, tracer=tracer)
 _api_keys = ApiKeys(settings.all_api_keys())
 _mangum = require("mangum", "lambda")

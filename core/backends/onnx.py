@@ -50,11 +50,13 @@ class OnnxBackend(Backend):
     def from_spec(cls, spec: ModelSpec) -> "OnnxBackend":
         from core.backends.registry import onnx_file_for
 
-        return cls(onnx_file=onnx_file_for(spec), providers=spec.providers, spin=spec.ort_spin, lanes=spec.workers)
+        return cls(onnx_file=onnx_file_for(spec), providers=spec.providers, spin=spec.ort_spin, lanes=spec.workers,
+                   optimized=spec.ort_optimized)
 
     def __init__(self, onnx_file: Path | None = None, providers: list[str] | None = None, spin: bool = True,
-                 lanes: int | None = None) -> None:
+                 lanes: int | None = None, optimized: bool = False) -> None:
         self._onnx_file = onnx_file
+        self._optimized = optimized
         self._requested = providers
         self._spin = spin
         self.lanes = lanes
@@ -107,7 +109,9 @@ class OnnxBackend(Backend):
 
     def _new_session(self, ort, path: Path, providers: list, threads: int):
         opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # a graph written by core.convert.ort_optimized is optimized already: loading it skips that work
+        opts.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_DISABLE_ALL if self._optimized
+                                         else ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL

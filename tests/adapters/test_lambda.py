@@ -147,6 +147,7 @@ def test_coldstart_script_reports_time_and_rss():
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "first response" in done.stdout and "peak RSS" in done.stdout and "torch loaded: False" in done.stdout
+    assert re.search(r"first request \d+ ms", done.stdout)
 
 
 def test_api_key_auth_through_the_function_url(monkeypatch):
@@ -252,3 +253,24 @@ def test_the_documented_one_line_invocation_runs_as_written():
     done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "200", done.stdout[-2000:]
+
+
+@pytest.mark.parametrize("env, warmed", [({}, 0), ({"TESSERA_LAMBDA_WARM_UP": "true"}, 1)], ids=["default", "asked"])
+def test_on_demand_init_warms_up_only_when_asked(monkeypatch, env, warmed):
+    """No warm-up batches on an on-demand init unless TESSERA_LAMBDA_WARM_UP says so (docs/adapters.md)."""
+    from core.engine import Engine
+    from tests.support.modules import load_by_path
+
+    calls = []
+    real = Engine.warm_up
+    monkeypatch.setattr(Engine, "warm_up", lambda self: calls.append(self.name) or real(self))
+    monkeypatch.delenv("AWS_LAMBDA_INITIALIZATION_TYPE", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    module = load_by_path(f"tessera_lambda_handler_warm_{warmed}", LAMBDA_HANDLER)
+    try:
+        assert calls == ["all-MiniLM-L6-v2"] * warmed
+        assert invoke(module, _embed_event(["x"])).status == 200
+    finally:
+        module.loop.run_until_complete(module.registry.stop(drain=False))
+        module.loop.close()

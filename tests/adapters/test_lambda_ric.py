@@ -240,3 +240,47 @@ def test_multi_concurrency_workers_share_the_cpus():
         peak = max(peak, level)
     assert peak == workers
 
+
+
+def test_on_demand_init_skips_the_warm_up(ric):
+    """An on-demand init (no AWS_LAMBDA_INITIALIZATION_TYPE=snap-start) runs no warm-up batches and no hooks."""
+    api, proc = ric
+    assert _reply(api.invoke(_embed(["first request after an on-demand init"])))[0] == 200
+    assert "warmed up on" not in proc.stdout and "before snapshot" not in proc.stdout
+    assert api.snapshot_requested.is_set() is False
+
+
+def test_snap_start_hooks_run_around_the_snapshot(reference):
+    """AWS_LAMBDA_INITIALIZATION_TYPE=snap-start: the client runs the before-snapshot hooks after init and then
+    asks for /restore/next (held here: the snapshot would be taken now). The model is loaded and warmed up by
+    then, and no invocation was asked for; after the restore the after-restore hook runs before the first
+    invocation, which is answered with the model's vectors."""
+    api = RuntimeAPI(hold_restore=True).__enter__()
+    proc = RuntimeProcess(api, TASK_ROOT, ROOT, {"AWS_LAMBDA_INITIALIZATION_TYPE": "snap-start"})
+    try:
+        assert api.wait_snapshot(INIT_TIMEOUT), proc.stdout + proc.stderr
+        time.sleep(0.2)  # the log lines written before the call reach the pipe
+        at_snapshot = proc.stdout
+        files = mapped_files(proc.proc.pid)
+        texts = ["Le café est très chaud ce matin.", "restored from a snapshot"]
+        pending = api.submit(_embed(texts))
+        time.sleep(0.5)
+        assert not pending.done.is_set()  # nothing is served before the restore
+        api.restore()
+        status, body = _reply(api.wait(pending, INIT_TIMEOUT))
+        assert proc.wait_for_output(pending.request_id, 10)
+        after = proc.stdout
+    finally:
+        proc.stop()
+        api.__exit__()
+    assert api.next_calls_at_snapshot == 0 and not api.init_errors and not api.restore_errors
+    assert any("onnxruntime" in f for f in files)  # the model's runtime is in the process before the snapshot
+    assert f"loaded {MODEL}" in at_snapshot and "init done in" in at_snapshot
+    assert "warmed up on" in at_snapshot and "before snapshot: models" in at_snapshot
+    assert at_snapshot.index("init done in") < at_snapshot.index("before snapshot: models")
+    assert "after restore" not in at_snapshot
+    assert after.index("after restore: random state re-seeded") < after.index(pending.request_id)
+    assert status == 200
+    got = np.array([d["embedding"] for d in body["data"]])
+    cosine = (got * reference(texts)).sum(axis=1)  # both unit vectors
+    assert cosine.min() > 0.97, cosine

@@ -229,6 +229,18 @@ def test_required_parameters(deploy, capsys):
     assert "ModelBucket is required" in capsys.readouterr().err
 
 
+def test_lambda_zip_package_needs_no_image(deploy, capsys):
+    """PackageType Zip: the zip's S3 object instead of an image; the template's rule names what is missing."""
+    out = io.StringIO()
+    zipped = ["lambda", "--param", "PackageType=Zip", "--param", "ZipBucket=my-code", "--dry-run"]
+    assert deploy.main([*zipped, "--param", "ZipKey=tessera-lambda.zip"], out=out) == 0
+    create = json.loads(out.getvalue().splitlines()[1].split("(", 1)[1].rstrip(")"))
+    assert {"ParameterKey": "PackageType", "ParameterValue": "Zip"} in create["Parameters"]
+    assert not [p for p in create["Parameters"] if p["ParameterKey"] == "ImageUri"]
+    err = _refused(deploy, zipped, capsys)
+    assert "rule ZipNeedsItsObject: PackageType Zip needs ZipBucket and ZipKey" in err
+
+
 def test_modal_runs_modal_deploy_with_the_env(deploy, tmp_path):
     """A stand-in `modal` executable on PATH records its argv, cwd and TESSERA_* environment."""
     record = tmp_path / "record.json"

@@ -120,7 +120,46 @@ def test_lambda_concurrency_is_optional(lam):
     assert lam["Parameters"]["ProvisionedConcurrency"]["Default"] == 0
     assert lam["Parameters"]["ReservedConcurrency"]["Default"] == -1
     # the URL points at the alias, where provisioned concurrency lives
-    assert lam["Resources"]["FunctionUrl"]["Properties"]["TargetFunctionArn"] == {"Ref": "TesseraFunction.Alias"}
+    assert lam["Resources"]["FunctionUrl"]["Properties"]["TargetFunctionArn"] == ALIAS
+
+
+#: the "live" alias of whichever function the package type creates
+ALIAS = {"Fn::If": ["IsZip", {"Ref": "TesseraZipFunction.Alias"}, {"Ref": "TesseraFunction.Alias"}]}
+
+
+def test_lambda_zip_function_with_snap_start_beside_the_image(lam):
+    """PackageType Zip: the zip of scripts/build_lambda_zip.py on python3.12 (x86_64, what the build targets)
+    with SnapStart on published versions, instead of the image function; the URL, permissions and outputs
+    follow the one that exists."""
+    res, params = lam["Resources"], lam["Parameters"]
+    assert params["PackageType"]["Default"] == "Image" and set(params["PackageType"]["AllowedValues"]) == {"Image", "Zip"}
+    assert lam["Conditions"]["IsZip"] == {"Fn::Equals": [{"Ref": "PackageType"}, "Zip"]}
+    assert res["TesseraFunction"]["Condition"] == "IsImage"
+    fn = res["TesseraZipFunction"]
+    assert fn["Type"] == "AWS::Serverless::Function" and fn["Condition"] == "IsZip"
+    props = fn["Properties"]
+    assert props["PackageType"] == "Zip" and props["Runtime"] == "python3.12" and props["Handler"] == "handler.handler"
+    assert props["CodeUri"] == {"Bucket": {"Ref": "ZipBucket"}, "Key": {"Ref": "ZipKey"}}
+    assert props["Architectures"] == ["x86_64"] and props["SnapStart"] == {"ApplyOn": "PublishedVersions"}
+    assert props["AutoPublishAlias"] == "live" and "ProvisionedConcurrencyConfig" not in props
+    build = load_script("build_lambda_zip")
+    assert props["Environment"]["Variables"]["TESSERA_MODELS"]["Fn::If"][2] == build.models_env()
+    for key in ("Url", "Permission"):
+        for resource in (v for v in res.values() if v["Type"] == f"AWS::Lambda::{key}"):
+            assert ALIAS in resource["Properties"].values()
+    assert lam["Outputs"]["AliasArn"]["Value"] == ALIAS
+
+    assert check_parameters(lam, {"ImageUri": IMAGE}) == []
+    assert check_parameters(lam, {}) == ["rule ImageNeedsImageUri: PackageType Image needs ImageUri (the image pushed to ECR)."]
+    zipped = {"PackageType": "Zip", "ZipBucket": "my-code", "ZipKey": "tessera-lambda.zip"}
+    assert check_parameters(lam, zipped) == []
+    assert check_parameters(lam, {"PackageType": "Zip"}) == [
+        "rule ZipNeedsItsObject: PackageType Zip needs ZipBucket and ZipKey (the uploaded zip)."]
+    assert check_parameters(lam, {**zipped, "ProvisionedConcurrency": "2"}) == [
+        "rule ZipNeedsItsObject: SnapStart and provisioned concurrency cannot be used on one version; set "
+        "ProvisionedConcurrency 0."]
+    assert check_parameters(lam, {**zipped, "EphemeralStorage": "1024"}) == [
+        "rule ZipNeedsItsObject: SnapStart supports 512 MB of ephemeral storage only."]
 
 
 def test_lambda_logs_and_outputs(lam):

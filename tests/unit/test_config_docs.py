@@ -28,7 +28,7 @@ def test_backend_only_fields_are_grouped_in_the_class_and_the_docs():
     groups = [spec_field_backend(name) for name in ModelSpec.model_fields]
     assert spec_field_backend("path") is None and spec_field_backend("dtype") is None
     assert {n for n in ModelSpec.model_fields if spec_field_backend(n) == "onnx"} == {
-        "onnx_file", "workers", "ort_spin", "providers"}
+        "onnx_file", "workers", "ort_spin", "ort_optimized", "providers"}
     assert spec_field_backend("compile") == "torch"
     assert set(groups) - {None} <= set(BACKENDS)
     # declared in sections: the shared fields first, then each backend's own, one block per backend
