@@ -252,3 +252,27 @@ def test_the_documented_one_line_invocation_runs_as_written():
     done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "200", done.stdout[-2000:]
+
+
+def test_init_runs_the_warm_pass_uncounted_and_starts_the_batchers(minilm_dir, packaged_int8_onnx, monkeypatch):
+    """At init, before any invocation: the app's warm pass ran in the handler's loop (the batchers live
+    there), with an API key configured, and /metrics counts no request from it."""
+    from tests.support.modules import load_by_path
+
+    monkeypatch.setenv("TESSERA_API_KEYS", '["secret-key"]')
+    module = load_by_path("tessera_lambda_handler_warm", LAMBDA_HANDLER)
+    try:
+        engine = module.registry.engines[MODEL]
+        assert module.registry._loop is module.loop and engine.batcher._task is not None
+        event = function_url_event("GET", "/metrics")
+        event["headers"]["authorization"] = "Bearer secret-key"
+        metrics = invoke(module, event)
+        assert metrics.status == 200
+        counted = [line for line in metrics.body.decode().splitlines()
+                   if line.startswith(("tessera_requests_total{", "tessera_batch_size_count{"))
+                   and not line.endswith(" 0.0")]
+        assert counted == []
+        assert 'tessera_requests_total{route="/v1/embeddings",status="200"} 0.0' in metrics.body.decode()
+    finally:
+        module.loop.run_until_complete(module.registry.stop(drain=False))
+        module.loop.close()
