@@ -174,11 +174,11 @@ class Engine:
 
     def _on_drop(self, reason: str) -> None:
         if self.metrics is not None:
-            self.metrics.dropped.labels(self.name, reason).inc()
+            self.metrics.count_drop(self.name, reason)
 
     def _on_error(self, exc: BaseException) -> None:
         if self.metrics is not None:
-            self.metrics.batch_failures.labels(self.name).inc()
+            self.metrics.count_batch_failure(self.name)
         self.consecutive_failures += 1
         self.last_error = f"{type(exc).__name__}: {exc}"
 

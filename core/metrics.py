@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -19,6 +20,8 @@ class Metrics:
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self) -> None:
+        #: False while muted (the app's start-up warm pass): observations touch their label series, count nothing
+        self.recording = True
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter("tessera_requests", "HTTP requests by route and status", ["route", "status"], registry=r)
@@ -57,19 +60,48 @@ class Metrics:
         )
         self.models_loaded = Gauge("tessera_models_loaded", "models loaded and serving", registry=r)
 
+    @contextmanager
+    def muted(self) -> Iterator[None]:
+        """Count nothing inside: for work that is not the users' (the start-up warm pass, which runs before
+        the server serves, so no user request can fall inside it)."""
+        self.recording = False
+        try:
+            yield
+        finally:
+            self.recording = True
+
     def observe_batch(self, model: str, stats: "BatchStats", depth: int) -> None:
-        self.batch_size.labels(model).observe(stats.size)
-        self.batch_tokens.labels(model).observe(stats.tokens)
-        self.batch_padded_tokens.labels(model).observe(stats.padded_tokens)
-        self.inference_seconds.labels(model).observe(stats.run_seconds)
-        q = self.queue_seconds.labels(model)
+        size, tokens = self.batch_size.labels(model), self.batch_tokens.labels(model)
+        padded, run, queue = (self.batch_padded_tokens.labels(model), self.inference_seconds.labels(model),
+                              self.queue_seconds.labels(model))
+        queue_depth = self.queue_depth.labels(model)
+        if not self.recording:
+            return
+        size.observe(stats.size)
+        tokens.observe(stats.tokens)
+        padded.observe(stats.padded_tokens)
+        run.observe(stats.run_seconds)
         for seconds in stats.queue_seconds:
-            q.observe(seconds)
-        self.queue_depth.labels(model).set(depth)
+            queue.observe(seconds)
+        queue_depth.set(depth)
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
-        self.requests.labels(route, str(status)).inc()
-        self.request_seconds.labels(route).observe(seconds)
+        requests, latency = self.requests.labels(route, str(status)), self.request_seconds.labels(route)
+        if self.recording:
+            requests.inc()
+            latency.observe(seconds)
+
+    def count_rejection(self, reason: str) -> None:
+        if self.recording:
+            self.rejected.labels(reason).inc()
+
+    def count_drop(self, model: str, reason: str) -> None:
+        if self.recording:
+            self.dropped.labels(model, reason).inc()
+
+    def count_batch_failure(self, model: str) -> None:
+        if self.recording:
+            self.batch_failures.labels(model).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -6,9 +6,12 @@
 Each run starts ``adapters/sagemaker/serve`` (what ``docker run IMAGE serve`` runs) in a fresh process on a
 loopback port, with ``SM_MODEL_DIR`` set to DIR (default: no folder, so the embedded default model), and
 polls ``GET /ping`` every 20 ms until it answers 200. Printed per run: seconds from the process start to
-the port accepting connections, and to the first ``/ping`` 200; then the median. The container's own start
-and the instance provisioning are not included (only AWS can measure those). Configure models with
-TESSERA_* as for the container (e.g. TESSERA_MODELS).
+the port accepting connections, and to the first ``/ping`` 200; then the median. The environment is the
+image's (offline Hugging Face, no tokenizers parallelism), the caller's variables winning. The container's
+own start and the instance provisioning are not included (only AWS can measure those). Configure models
+with TESSERA_* as for the container (e.g. TESSERA_MODELS). With ``backend: auto`` (the default) a folder of
+torch weights is served through ONNX Runtime from the export cache: fill it first with
+``python -m core prepare --model DIR``, as an image build would, or the first run includes the export.
 """
 
 from __future__ import annotations
@@ -26,12 +29,14 @@ from pathlib import Path
 from benchmarks.loopback import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
+#: what the SageMaker images set (adapters/sagemaker/Dockerfile.*), unless the caller's environment sets it
+IMAGE_ENV = {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def one_run(model_dir: str, timeout_s: float) -> tuple[float, float]:
     port = free_port()
-    env = {**os.environ, "SAGEMAKER_BIND_TO_PORT": str(port), "TESSERA_HOST": "127.0.0.1",
-           "SM_MODEL_DIR": model_dir, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+    env = {**IMAGE_ENV, **os.environ, "SAGEMAKER_BIND_TO_PORT": str(port), "TESSERA_HOST": "127.0.0.1",
+           "SM_MODEL_DIR": model_dir}
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, str(ROOT / "adapters/sagemaker/serve"), "serve"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -6,7 +6,9 @@ the same FastAPI app as ``uvicorn core.dev:app`` is built. Each invocation then 
 with ``lifespan="off"`` (with lifespan on, Mangum would run start-up and shut-down on every call).
 The batchers, which the lifespan would start, are started on the first request by
 ``core.api.lifecycle.StartBatchers`` in an event loop this module owns, and live as long as the
-execution environment.
+execution environment. The app's warm pass (``core.api.warm_pass``: one request per route family,
+in-process, uncounted), which the lifespan runs elsewhere, runs at init in that loop, so the first
+invocation finds the routes warm and the batchers started.
 
 - Events: Lambda function URLs and API Gateway HTTP APIs (payload format 2.0), REST APIs (1.0);
   base64 bodies (``isBase64Encoded``) are decoded by Mangum.
@@ -71,6 +73,7 @@ from pydantic import Field  # noqa: E402
 from core.api.app import create_app  # noqa: E402
 from core.api.keys import ApiKeys  # noqa: E402
 from core.api.lifecycle import StartBatchers  # noqa: E402
+from core.api.warm_pass import registry_requests, warm_app  # noqa: E402
 from core.config import ModelSpec, Settings, default_model_path, settings_from_env  # noqa: E402
 from core.engine import Registry  # noqa: E402
 from core.errors import InvalidInput, MissingDependency, TesseraError, TooLarge, require  # noqa: E402
@@ -362,9 +365,12 @@ if _snap_start:
 app = create_app(settings, registry=registry, tracer=tracer)
 _api_keys = ApiKeys(settings.all_api_keys())
 _mangum = require("mangum", "lambda")
-asgi = _mangum.Mangum(StartBatchers(app, registry), lifespan="off")
+served = StartBatchers(app, registry)
+asgi = _mangum.Mangum(served, lifespan="off")
 #: the loop every invocation runs in (the batchers live in it between invocations)
 loop = asyncio.new_event_loop()
+# the app's warm pass (as the lifespan runs it elsewhere), in that loop: it starts the batchers there too
+loop.run_until_complete(warm_app(served, registry_requests(registry), app.state.metrics, prefix=settings.url_prefix))
 log.info("init done in %.2fs: models %s, %d threads%s", time.monotonic() - _init_started,
          sorted(registry.engines), settings.threads,
          f", worker pid {os.getpid()} of {os.environ['AWS_LAMBDA_MAX_CONCURRENCY']}"

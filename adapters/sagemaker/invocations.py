@@ -22,6 +22,7 @@ without a change.
 - ``/ping`` answers as ``/ready`` does: 200 once every model is loaded and healthy, 503 when not.
 - ``GET /execution-parameters`` (asked by Batch Transform when the job leaves them unset): MultiRecord,
   payload size within the request limit.
+- Start-up: the app's warm pass covers ``/invocations`` too (:func:`warm_requests`), before ``/ping`` can answer.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from adapters.sagemaker.models import SAGEMAKER_MAX_RESPONSE_BYTES
 from adapters.sagemaker.jsonlines import (DEFAULT_CONCURRENCY, JSONLINES, JSONLINES_TYPES, assemble, run_records,
                                           split_records)
 from core.api.app import create_app
+from core.api.warm_pass import WarmRequest, registry_requests
 from core.config import Settings
 from core.engine import Registry
 from core.errors import InvalidInput, NotFound, TesseraError, TooLarge
@@ -289,6 +291,20 @@ def _only_capability(request: Request) -> str:
     return next(iter(capabilities))
 
 
+def warm_requests(registry: Registry) -> list[WarmRequest]:
+    """The app's warm pass (``core.api.warm_pass``) plus ``/invocations`` once per route family it covers, named
+    in the custom attributes as a client would (its first call also builds the route table, from OpenAPI)."""
+    direct = registry_requests(registry)
+    via: dict[str, WarmRequest] = {}
+    for request in direct:
+        route = request.path.removeprefix("/v1/")
+        if request.method == "POST" and route not in via:
+            via[route] = WarmRequest("POST", "/invocations", request.body,
+                                     headers=((CUSTOM_ATTRIBUTES.encode(), f"route={route}".encode()),),
+                                     label=f"{request.label} via /invocations")
+    return [*direct, *via.values()]
+
+
 def create_sagemaker_app(settings: Settings, registry: Registry | None = None, *, default_route: str | None = None,
                          max_response_bytes: int = SAGEMAKER_MAX_RESPONSE_BYTES,
                          record_concurrency: int = DEFAULT_CONCURRENCY,
@@ -299,7 +315,7 @@ def create_sagemaker_app(settings: Settings, registry: Registry | None = None, *
     # a model that fails to load keeps /ping at 503 (naming it): SageMaker's health check holds the
     # endpoint back and the reason is in the logs, rather than a container that exits and restarts
     app = create_app(settings, registry, health_paths={"/ping"}, fail_unusable=False,
-                     tracer=tracer)
+                     tracer=tracer, warm_requests=warm_requests)
     app.include_router(build_router(default_route, max_response_bytes=max_response_bytes,
                                     record_concurrency=record_concurrency))
     return app

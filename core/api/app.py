@@ -26,6 +26,7 @@ from core.api.observability import Observability, Tracing
 from core.api.paths import Prefixes, route_path
 from core.api.routes import router
 from core.api.serving import Serving
+from core.api.warm_pass import WarmRequest, is_warm_pass, registry_requests, warm_app
 from core.config import Settings
 from core.engine import Registry
 from core.errors import (
@@ -118,7 +119,8 @@ class InflightLimit:
 
 
 class Gate:
-    """Pure-ASGI middleware in front of the routes, cheap on the hot path: the API key (``ApiKeys``), then
+    """Pure-ASGI middleware in front of the routes, cheap on the hot path: the API key (``ApiKeys``; the
+    start-up warm pass, marked in its scope by an object only this process holds, needs none), then
     admission (``InflightLimit``: draining, the in-flight cap) for all but the service paths, and one
     request-metrics observation per request. (The body's size and arrival time are bounded before it,
     by ``core.api.admission.BodyReader``.)"""
@@ -147,7 +149,8 @@ class Gate:
 
         try:
             path = route_path(scope)
-            if path not in self.open_paths and not self.keys.allow(scope.get("headers", ())):
+            if (path not in self.open_paths and not self.keys.allow(scope.get("headers", ()))
+                    and not is_warm_pass(scope)):
                 await error_response(Unauthorized("missing or wrong API key (send 'Authorization: Bearer KEY')"))(
                     scope, receive, send_wrapper
                 )
@@ -193,14 +196,17 @@ def drain_on_sigterm(state, on_term: Callable[[], None] | None = None) -> Callab
 
 def create_app(settings: Settings, registry: Registry | None = None, *, metrics: Metrics | None = None,
                health_paths: Iterable[str] = (), fail_unusable: bool = True,
-               tracer: NoTracer | OtelTracer = NO_TRACER) -> FastAPI:
+               tracer: NoTracer | OtelTracer = NO_TRACER,
+               warm_requests: Callable[[Registry], list[WarmRequest]] = registry_requests) -> FastAPI:
     """Build the app. With ``registry`` given (Lambda: built at init), the lifespan only starts batchers;
     otherwise the lifespan loads the models from ``settings`` in a worker thread. ``health_paths``: a
     platform's own health checks (added by its adapter), answered like ``/health``: without an API key,
     outside the in-flight cap, while draining. ``fail_unusable``: the start-up fails when the models
     cannot be served as asked (``Registry.raise_if_unusable``); False for a platform whose health check
     keeps an unready server out of rotation (SageMaker: ``/ping`` answers 503 naming the failures). ``tracer``: ``core.tracing.tracer_from_env(environ)``
-    at the edge (the app shuts it down, exporting what is buffered, when it stops)."""
+    at the edge (the app shuts it down, exporting what is buffered, when it stops). ``warm_requests``: what the
+    lifespan sends through the app before it serves (``core.api.warm_pass``; an adapter adds its own routes),
+    so that the first real request finds every route family warm."""
     metrics = metrics or Metrics()
     in_progress = InProgress(retry_after_s=settings.retry_after_s)
     grace = settings.shutdown_grace_s
@@ -212,6 +218,8 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
         if fail_unusable:
             app.state.registry.raise_if_unusable()  # no model loaded (or one failed, unless allow_degraded): exit
         await app.state.registry.start()
+        # before the server listens (uvicorn runs the lifespan's start-up first): nothing reaches /ready before it
+        await warm_app(app, warm_requests(app.state.registry), metrics, prefix=settings.url_prefix)
         loop = asyncio.get_running_loop()
         term_at: list[float] = []
 

@@ -7,6 +7,8 @@ and, with tracing on, the request's span (:class:`Tracing`).
 - One access line per request (logger ``tessera.access``): method, route, path, status, duration,
   request id, model, inputs and tokens. Never input text, never a key (no header is logged).
 - ``tessera_rejected_requests_total{reason}``: each refusal (401, 408, 413, 429, 503, 504) by reason.
+
+The start-up warm pass (``core.api.warm_pass``) gets no access line.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import uuid
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core import request_context
+from core.api.warm_pass import is_warm_pass
 from core.metrics import Metrics
 from core.request_context import RequestRecord
 
@@ -88,8 +91,8 @@ class Observability:
             try:
                 if status in REFUSALS:
                     code = record.error_code or str(status)
-                    self.metrics.rejected.labels(record.reason or REASONS.get(code, code)).inc()
-                if self.access:
+                    self.metrics.count_rejection(record.reason or REASONS.get(code, code))
+                if self.access and not is_warm_pass(scope):
                     self._log(scope, path, record, status, time.perf_counter() - started)
             finally:
                 request_context.current.reset(token)

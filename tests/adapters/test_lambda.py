@@ -274,3 +274,27 @@ def test_on_demand_init_warms_up_only_when_asked(monkeypatch, env, warmed):
     finally:
         module.loop.run_until_complete(module.registry.stop(drain=False))
         module.loop.close()
+
+
+def test_init_runs_the_warm_pass_uncounted_and_starts_the_batchers(minilm_dir, packaged_int8_onnx, monkeypatch):
+    """At init, before any invocation: the app's warm pass ran in the handler's loop (the batchers live
+    there), with an API key configured, and /metrics counts no request from it."""
+    from tests.support.modules import load_by_path
+
+    monkeypatch.setenv("TESSERA_API_KEYS", '["secret-key"]')
+    module = load_by_path("tessera_lambda_handler_warm", LAMBDA_HANDLER)
+    try:
+        engine = module.registry.engines[MODEL]
+        assert module.registry._loop is module.loop and engine.batcher._task is not None
+        event = function_url_event("GET", "/metrics")
+        event["headers"]["authorization"] = "Bearer secret-key"
+        metrics = invoke(module, event)
+        assert metrics.status == 200
+        counted = [line for line in metrics.body.decode().splitlines()
+                   if line.startswith(("tessera_requests_total{", "tessera_batch_size_count{"))
+                   and not line.endswith(" 0.0")]
+        assert counted == []
+        assert 'tessera_requests_total{route="/v1/embeddings",status="200"} 0.0' in metrics.body.decode()
+    finally:
+        module.loop.run_until_complete(module.registry.stop(drain=False))
+        module.loop.close()

@@ -365,3 +365,24 @@ def test_a_model_that_fails_to_load_keeps_ping_at_503(tmp_path):
         ping = client.get("/ping")
         assert ping.status_code == 503 and "gone" in ping.json()["error"]["message"]
         assert client.get("/health").status_code == 200
+
+
+def test_start_up_warm_pass_covers_invocations_and_counts_nothing(minilm_dir, packaged_int8_onnx, caplog):
+    import logging
+
+    from starlette.testclient import TestClient
+
+    from adapters.sagemaker import create_sagemaker_app
+    from adapters.sagemaker.invocations import warm_requests
+    from core.config import Settings
+
+    caplog.set_level(logging.INFO, logger="tessera.warm_pass")
+    settings = Settings(models=[int8_spec(minilm_dir, packaged_int8_onnx)], api_keys=["k"])
+    with TestClient(create_sagemaker_app(settings)) as client:
+        sent = warm_requests(client.app.state.registry)
+        assert [(r.path, dict(r.headers)) for r in sent][-1] == ("/invocations", {ATTRS.lower().encode(): b"route=embeddings"})
+        assert f"warm pass: {len(sent)} of {len(sent)} requests answered 2xx" in caplog.text  # with a key configured
+        metrics = client.get("/metrics", headers={"Authorization": "Bearer k"}).text
+        counted = [line for line in metrics.splitlines()
+                   if line.startswith("tessera_requests_total{") and not line.endswith(" 0.0")]
+        assert counted == []

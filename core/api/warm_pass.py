@@ -1,0 +1,198 @@
+"""The app's warm pass: one request per route family through the whole ASGI stack, in-process, before the
+server serves.
+
+The model's own warm-up (``Engine.warm_up``) runs every batch shape through the backend; what it leaves
+to the first request is the app's first pass over a route: FastAPI's first look at the endpoint, the
+request model's validation, the serving path, the batcher's inference thread (started on its first
+batch), the response encoders (float lists, base64), the metrics' label series, and modules imported on
+first use (the image and audio decoders of a multi-modal model). :func:`warm_app` sends those requests
+through the app as an ASGI call (no socket, nothing reachable from outside):
+
+- before ``/ready`` can answer: from the lifespan, which uvicorn (local server, SageMaker, Modal) runs to
+  its end before it listens, and from the Lambda handler's init;
+- without an API key: the request's scope carries :data:`WARM_PASS`, an object only this process holds
+  (no client can put an object in an ASGI scope), which the key gate accepts and the access log skips;
+- uncounted: the metrics are muted while it runs (``Metrics.muted``), so ``/metrics`` shows no request
+  and no batch from it (the label series it touches exist, at 0).
+
+An answer other than 2xx is logged and the start-up goes on: the models have already loaded and passed
+their own warm-up, so a failed warm request costs the first real request its first-pass time, never the
+service. An exception that escapes the app is not caught: the app answers its own errors, so one that
+escapes is a bug every request would meet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import logging
+import struct
+import time
+import wave
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import orjson
+from starlette.types import ASGIApp, Message, Scope
+
+log = logging.getLogger("tessera.warm_pass")
+
+#: in the scope's ``extensions`` of a warm-pass request; compared by identity, so only this process can send one
+WARM_PASS = object()
+_EXTENSION = "tessera.warm_pass"
+#: the most one warm request may take before it is given up (logged, not fatal)
+REQUEST_TIMEOUT_S = 60.0
+TEXT = "warm-up"
+
+
+@dataclass(frozen=True)
+class WarmRequest:
+    method: str
+    path: str  # the route, without any url_prefix
+    body: dict[str, Any] | None = None
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    label: str = ""
+
+
+@dataclass
+class WarmResult:
+    request: WarmRequest
+    status: int | None  # None: no answer within REQUEST_TIMEOUT_S
+    seconds: float
+    answer: bytes = field(default=b"", repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+
+def is_warm_pass(scope: Scope) -> bool:
+    return scope.get("extensions", {}).get(_EXTENSION) is WARM_PASS
+
+
+def _data_uri(mime: str, data: bytes) -> str:
+    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
+def _png(width: int = 8, height: int = 8) -> bytes:
+    """A grey RGB PNG (the format's minimum: signature, IHDR, one IDAT, IEND)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + b"\x80" * (3 * width) for _ in range(height))  # filter byte 0, then the pixels
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+def _wav_silence(seconds: float = 0.25, rate: int = 16000) -> bytes:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes(bytes(2 * int(seconds * rate)))
+    return buffer.getvalue()
+
+
+def requests_for(name: str, capabilities: Iterable[str], modalities: Iterable[str]) -> list[WarmRequest]:
+    """The warm requests of one served model: one per route family its task serves (embeddings both as
+    float lists and as base64, and once per input modality), the auxiliary routes left out."""
+    capabilities, modalities = set(capabilities), tuple(modalities)
+    out: list[WarmRequest] = []
+    if "embeddings" in capabilities:
+        for encoding in ("float", "base64"):
+            out.append(WarmRequest("POST", "/v1/embeddings", {"model": name, "input": TEXT, "encoding_format": encoding},
+                                   label=f"{name}: embeddings {encoding}"))
+        media = {"image": _data_uri("image/png", _png()), "audio": _data_uri("audio/wav", _wav_silence())}
+        for modality in modalities:
+            if modality in media:
+                out.append(WarmRequest("POST", "/v1/embeddings",
+                                       {"model": name, "input": [media[modality]], "modality": modality},
+                                       label=f"{name}: embeddings {modality}"))
+    if "embeddings_sparse" in capabilities:
+        out.append(WarmRequest("POST", "/v1/embeddings/sparse", {"model": name, "input": TEXT},
+                               label=f"{name}: sparse embeddings"))
+    if "rerank" in capabilities:
+        out.append(WarmRequest("POST", "/v1/rerank", {"model": name, "query": TEXT, "documents": [TEXT]},
+                               label=f"{name}: rerank"))
+    if "classify" in capabilities:
+        out.append(WarmRequest("POST", "/v1/classify", {"model": name, "input": TEXT}, label=f"{name}: classify"))
+    return out
+
+
+def registry_requests(registry) -> list[WarmRequest]:
+    """The warm requests of every loaded model."""
+    out: list[WarmRequest] = []
+    for name, engine in registry.engines.items():
+        out.extend(requests_for(name, engine.task.capabilities, engine.task.modalities))
+    return out
+
+
+def _scope(request: WarmRequest, path: str, body: bytes) -> Scope:
+    headers = [(b"host", b"warm-pass"), *request.headers]
+    if request.body is not None:
+        headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    return {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1",
+        "method": request.method, "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
+        "query_string": b"", "headers": headers, "client": None, "server": None, "state": {},
+        "extensions": {_EXTENSION: WARM_PASS},
+    }
+
+
+async def call(app: ASGIApp, request: WarmRequest, *, prefix: str = "") -> WarmResult:
+    """One request through ``app`` as an ASGI call; the client stays connected until the answer is sent."""
+    body = orjson.dumps(request.body) if request.body is not None else b""
+    answered = asyncio.Event()
+    delivered = False
+    status: int | None = None
+    chunks: list[bytes] = []
+
+    async def receive() -> Message:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await answered.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                answered.set()
+
+    started = time.perf_counter()
+    try:
+        await asyncio.wait_for(app(_scope(request, prefix + request.path, body), receive, send), REQUEST_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        status = None
+    finally:
+        answered.set()
+    return WarmResult(request, status, time.perf_counter() - started, b"".join(chunks))
+
+
+async def warm_app(app: ASGIApp, requests: list[WarmRequest], metrics, *, prefix: str = "") -> list[WarmResult]:
+    """Send ``requests`` through ``app`` one after another with ``metrics`` muted; log the outcome."""
+    started = time.perf_counter()
+    results = []
+    with metrics.muted():
+        for request in requests:
+            result = await call(app, request, prefix=prefix)
+            results.append(result)
+            if not result.ok:
+                answer = result.answer[:300].decode(errors="replace")
+                log.warning("warm pass: %s %s (%s) answered %s: %s; its first real request pays its first-pass time",
+                            request.method, request.path, request.label,
+                            result.status if result.status is not None else f"nothing in {REQUEST_TIMEOUT_S:.0f}s",
+                            answer)
+    if results:
+        log.info("warm pass: %d of %d requests answered 2xx in %.3fs", sum(r.ok for r in results), len(results),
+                 time.perf_counter() - started)
+    return results
+
