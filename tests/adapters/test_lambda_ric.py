@@ -275,7 +275,7 @@ def test_snap_start_hooks_run_around_the_snapshot(reference):
         api.__exit__()
     assert api.next_calls_at_snapshot == 0 and not api.init_errors and not api.restore_errors
     assert any("onnxruntime" in f for f in files)  # the model's runtime is in the process before the snapshot
-    assert f"loaded {MODEL}" in at_snapshot and "init done in" in at_snapshot
+    assert f"loaded model 1/1: {MODEL}" in at_snapshot and "init done in" in at_snapshot
     assert "warmed up on" in at_snapshot and "before snapshot: models" in at_snapshot
     assert at_snapshot.index("init done in") < at_snapshot.index("before snapshot: models")
     assert "after restore" not in at_snapshot
