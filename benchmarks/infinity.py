@@ -30,11 +30,12 @@ def infinity_folder(model_dir: Path, precision: str, head: str = "encoder") -> P
     return out
 
 
-def start_infinity(binary: str, folder: Path, port: int, precision: str, engine: str = "optimum") -> subprocess.Popen:
+def start_infinity(binary: str, folder: Path, port: int, precision: str, engine: str = "optimum",
+                   extra: tuple[str, ...] = ()) -> subprocess.Popen:
     """``infinity_emb v2`` on 127.0.0.1:``port``: the optimum (ONNX Runtime) engine on CPU, batch size 32,
     serving ``folder`` as "bench" (fp32: the unquantized graph). ``engine="torch"`` (the only engine
     Infinity has for CLIP) loads the folder's torch weights; int8 is then its ``--dtype int8``
-    (``torch.quantization.quantize_dynamic`` of the Linear layers)."""
+    (``torch.quantization.quantize_dynamic`` of the Linear layers). ``extra``: more command-line options."""
     cmd = [binary, "v2", "--model-id", ".", "--served-model-name", "bench", "--engine", engine,
            "--device", "cpu", "--batch-size", "32", "--host", "127.0.0.1", "--port", str(port),
            "--log-level", "warning"]
@@ -42,5 +43,6 @@ def start_infinity(binary: str, folder: Path, port: int, precision: str, engine:
         cmd += ["--dtype", "int8" if precision == "int8" else "float32"]
     elif precision == "fp32":
         cmd.append("--onnx-do-not-prefer-quantized")
+    cmd += extra
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0"}
     return subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

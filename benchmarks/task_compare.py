@@ -5,7 +5,9 @@ interleaved (plain loop, Tessera, Infinity, repeated), every answer verified.
 - Tessera's spec names the folder and the name only (``backend: auto``); at int8 also ``dtype: int8``
   and the folder is the ``scripts/export_onnx.py`` export (``onnx/model_int8.onnx``).
 - Infinity: ``--engine optimum`` for rerank and classify (the same plain export of the head, quantized
-  the same way at int8); CLIP has only Infinity's torch engine.
+  the same way at int8); CLIP has only Infinity's torch engine. Its classifier starts with
+  ``--no-model-warmup``: 0.0.78's optimum classifier pipeline does not truncate, so its own warm-up
+  (512 words + 2 special tokens) fails on any 512-position BERT and the server exits.
 - The plain loop (the runtime's own limit) times batches of ``PLAIN_BATCH`` items in one process on all
   cores, beside each 64-client cell.
 """
@@ -109,6 +111,7 @@ class Setup:
     tessera_spec: dict
     infinity_dir: Path
     infinity_engine: str
+    infinity_extra: tuple[str, ...]
     plain_graph: Path | None
     tokenizer_json: Path
     labels: list[str] | None
@@ -123,13 +126,14 @@ def setup(task: str, precision: str) -> Setup:
     config = json.loads((folder / "config.json").read_text())
     labels = [config["id2label"][str(i)] for i in range(len(config["id2label"]))] if task == "classify" else None
     if task == "clip":  # torch in both servers: the torch folder itself
-        return Setup({"path": str(folder), "name": "bench", **dtype}, folder, "torch", None,
+        return Setup({"path": str(folder), "name": "bench", **dtype}, folder, "torch", (), None,
                      folder / "tokenizer.json", None)
     # fp32: the torch folder (auto exports it into the export cache); int8: the export_onnx.py folder
     served = ensure_onnx(folder) if precision == "int8" else folder
     inf_dir = infinity_folder(folder, precision, head="sequence-classification")
     graph = inf_dir / ("model_quantized.onnx" if precision == "int8" else "model.onnx")
-    return Setup({"path": str(served), "name": "bench", **dtype}, inf_dir, "optimum", graph,
+    extra = ("--no-model-warmup",) if task == "classify" else ()
+    return Setup({"path": str(served), "name": "bench", **dtype}, inf_dir, "optimum", extra, graph,
                  folder / "tokenizer.json", labels)
 
 
@@ -165,7 +169,7 @@ def run_task(task: str, precision: str, infinity: str, cells: list[tuple[str, in
             ("tessera", 8811, lambda port: start_server([s.tessera_spec], port, None,
                                                         {"TESSERA_CACHE_DIR": str(EXPORT_CACHE)}), "/ready", 600),
             ("infinity", 8812, lambda port: start_infinity(infinity, s.infinity_dir, port, precision,
-                                                           s.infinity_engine), "/health", 600),
+                                                           s.infinity_engine, s.infinity_extra), "/health", 600),
         ):
             proc = start(port)
             url = f"http://127.0.0.1:{port}"
@@ -198,7 +202,7 @@ def run_task(task: str, precision: str, infinity: str, cells: list[tuple[str, in
         for srv in servers.values():
             stop_server(srv["proc"])
     return {"task": task, "precision": precision, "tessera_spec": s.tessera_spec,
-            "infinity_engine": s.infinity_engine, "duration_s": duration, "reps": reps, "plain_batch": PLAIN_BATCH,
+            "infinity_engine": s.infinity_engine, "infinity_extra": list(s.infinity_extra), "duration_s": duration, "reps": reps, "plain_batch": PLAIN_BATCH,
             "rows": rows, "servers": {k: {"start_s": v["start_s"], "peak_rss_mb": v.get("peak_rss_mb")}
                                       for k, v in servers.items()}}
 
