@@ -8,8 +8,10 @@ interleaved (plain loop, Tessera, Infinity, repeated), every answer verified.
   the same way at int8); CLIP has only Infinity's torch engine. Its classifier starts with
   ``--no-model-warmup``: 0.0.78's optimum classifier pipeline does not truncate, so its own warm-up
   (512 words + 2 special tokens) fails on any 512-position BERT and the server exits.
-- The plain loop (the runtime's own limit) times batches of ``PLAIN_BATCH`` items in one process on all
-  cores, beside each 64-client cell.
+- The plain loop (the runtime's own limit) runs in one process on all cores, interleaved with the
+  servers: beside a one-client cell with the request's items per call (its mean time per call is the
+  floor of a request's latency), beside a many-client cell with ``PLAIN_BATCH`` items per call (its
+  rate is the ceiling of the throughput).
 """
 
 from __future__ import annotations
@@ -182,10 +184,11 @@ def run_task(task: str, precision: str, infinity: str, cells: list[tuple[str, in
             runs: dict[str, list] = {"tessera": [], "infinity": []}
             plain_rates: list[float] = []
             for _ in range(reps):
-                if plain and conc > 1:
+                if plain:
                     if kind not in plain_calls:
                         plain_calls[kind] = plain_call(task, kind, s, precision, threads)
-                    plain_rates.append(timed_rate(plain_calls[kind], batches(w.items, PLAIN_BATCH), duration))
+                    per_call = batch if conc == 1 else PLAIN_BATCH
+                    plain_rates.append(timed_rate(plain_calls[kind], batches(w.items, per_call), duration))
                 for name in ("tessera", "infinity"):  # interleaved: A B A B
                     srv = servers[name]
                     cell = asyncio.run(http_cell(srv["url"], "bench", w.items, kind, batch, conc, duration, None, {},
@@ -210,7 +213,9 @@ def run_task(task: str, precision: str, infinity: str, cells: list[tuple[str, in
 def summarize(task: str, unit: str, kind: str, batch: int, conc: int, runs: dict[str, list],
               plain_rates: list[float]) -> dict:
     """One row: per server the median rate, p50 and p99 over the repetitions; the Tessera/Infinity ratios
-    of throughput and p50 (median, min–max of the paired repetitions); the Tessera/plain ratio."""
+    of throughput and p50 (median, min–max of the paired repetitions); against the plain loop: one
+    client, its mean ms per call of ``batch`` items and Tessera's p50 over it; many clients, its rate and
+    Tessera's rate over it."""
     row: dict = {"task": task, "kind": kind, "batch": batch, "conc": conc, "unit": unit}
     for name, cells in runs.items():
         row[f"{name} items/s"] = statistics.median(c["emb/s"] for c in cells)
@@ -222,7 +227,12 @@ def summarize(task: str, unit: str, kind: str, batch: int, conc: int, runs: dict
         ratios = [t[field] / i[field] for t, i in pairs if i[field]]
         row[key] = statistics.median(ratios) if ratios else float("nan")
         row[f"{key} min-max"] = f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else ""
-    if plain_rates:
+    if plain_rates and conc == 1:
+        row["plain ms/call"] = 1000 * batch / statistics.median(plain_rates)
+        vs = [t["p50 ms"] / (1000 * batch / p) for t, p in zip(runs["tessera"], plain_rates)]
+        row["tessera p50/plain"] = statistics.median(vs)
+        row["tessera p50/plain min-max"] = f"{min(vs):.2f}–{max(vs):.2f}"
+    elif plain_rates:
         row["plain items/s"] = statistics.median(plain_rates)
         vs = [t["emb/s"] / p for t, p in zip(runs["tessera"], plain_rates)]
         row["tessera/plain"] = statistics.median(vs)
@@ -233,15 +243,20 @@ def summarize(task: str, unit: str, kind: str, batch: int, conc: int, runs: dict
 def markdown(result: dict) -> str:
     """The run's table (Markdown)."""
     lines = ["| cell | Tessera /s | Infinity /s | throughput T/I (min–max) | Tessera p50 / p99 ms | "
-             "Infinity p50 / p99 ms | p50 T/I | plain loop /s | Tessera/plain | errors T/I |",
+             "Infinity p50 / p99 ms | p50 T/I (min–max) | plain loop | Tessera vs plain (min–max) | errors T/I |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
-        plain = (f"{r['plain items/s']:.1f} | {r['tessera/plain']:.2f} ({r['tessera/plain min-max']})"
-                 if "plain items/s" in r else "– | –")
+        if "plain items/s" in r:
+            plain = f"{r['plain items/s']:.1f} /s | {r['tessera/plain']:.2f}× rate ({r['tessera/plain min-max']})"
+        elif "plain ms/call" in r:
+            plain = (f"{r['plain ms/call']:.1f} ms/call | {r['tessera p50/plain']:.2f}× time "
+                     f"({r['tessera p50/plain min-max']})")
+        else:
+            plain = "– | –"
         lines.append(
             f"| {r['kind']} ×{r['batch']}, {r['conc']} client{'s' if r['conc'] > 1 else ''} ({r['unit']}) | "
             f"{r['tessera items/s']:.1f} | {r['infinity items/s']:.1f} | "
             f"{r['throughput T/I']:.2f} ({r['throughput T/I min-max']}) | "
             f"{r['tessera p50 ms']:.1f} / {r['tessera p99 ms']:.1f} | {r['infinity p50 ms']:.1f} / {r['infinity p99 ms']:.1f} | "
-            f"{r['p50 T/I']:.2f} | {plain} | {r['tessera errors']}/{r['infinity errors']} |")
+            f"{r['p50 T/I']:.2f} ({r['p50 T/I min-max']}) | {plain} | {r['tessera errors']}/{r['infinity errors']} |")
     return "\n".join(lines)
