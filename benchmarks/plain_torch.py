@@ -9,7 +9,8 @@ from pathlib import Path
 
 def plain_torch_clip(folder: Path, threads: int, dtype: str = "float32"):
     """Returns ``(embed_images, embed_texts)``: image data URIs → vectors, texts → vectors (float32, unit
-    norm). ``dtype="int8"``: ``torch.ao`` dynamic int8 quantization of the Linear layers."""
+    norm). ``dtype="int8"``: the torch backend's dynamic int8 quantization (``core.backends.torch``:
+    per-channel int8 attention Linears, feed-forward kept fp32), so the loop runs what Tessera runs."""
     import base64
     import io
 
@@ -21,7 +22,9 @@ def plain_torch_clip(folder: Path, threads: int, dtype: str = "float32"):
     torch.set_num_threads(threads)
     model = CLIPModel.from_pretrained(str(folder)).eval()
     if dtype == "int8":
-        model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+        from core.backends.torch import quantize_int8
+
+        model = quantize_int8(torch, model)
     processor = AutoProcessor.from_pretrained(str(folder))
     max_length = model.config.text_config.max_position_embeddings
 
