@@ -28,10 +28,12 @@ QUERY = "what does the server batch"
 DOCS = ["the server batches requests", "a model of the vector search", "token", "latency and throughput of it"]
 
 
-def _served(folder, cache_dir, call):
-    """``call(engine)`` on an AsyncEngine serving ``folder`` as "m" with a spec of path and name only."""
+def _served(folder, cache_dir, call, **spec):
+    """``call(engine)`` on an AsyncEngine serving ``folder`` as "m" with a spec of path and name only
+    (and ``spec``: the dtype)."""
     async def run():
-        async with AsyncEngine(Settings(models=[ModelSpec(path=folder, name="m")], cache_dir=cache_dir)) as engine:
+        models = [ModelSpec(path=folder, name="m", **spec)]
+        async with AsyncEngine(Settings(models=models, cache_dir=cache_dir)) as engine:
             return await call(engine)
 
     return asyncio.run(run())
@@ -65,7 +67,8 @@ def test_classifier_folder_serves_and_the_plain_classifier_matches(minilm_dir, t
     np.testing.assert_allclose(got, served, atol=1e-5)
 
 
-def test_clip_folder_serves_and_the_plain_clip_loop_matches(tmp_path):
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_clip_folder_serves_and_the_plain_clip_loop_matches(tmp_path, dtype):
     folder = tmp_path / "clip"
     build_clip(folder, TINY_CLIP)
     uris = photo_uris(4)
@@ -74,8 +77,8 @@ def test_clip_folder_serves_and_the_plain_clip_loop_matches(tmp_path):
     async def both(engine):
         return await engine.embed(uris, modality="image"), await engine.embed(texts)
 
-    images, words = _served(folder, tmp_path / "cache", both)
-    plain_images, plain_texts = plain_torch_clip(folder, threads=1)
+    images, words = _served(folder, tmp_path / "cache", both, dtype=dtype)
+    plain_images, plain_texts = plain_torch_clip(folder, threads=1, dtype=dtype)
     assert images.shape == (4, 16) and words.shape == (2, 16)
     np.testing.assert_allclose(plain_images(uris), images, atol=1e-4)
     np.testing.assert_allclose(plain_texts(texts), words, atol=1e-4)
