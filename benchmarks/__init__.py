@@ -13,7 +13,10 @@ Modules (each small, each one job):
 - ``load``: the closed-loop HTTP load generator (every response verified), also split over processes
 - ``results``: a cell's figures as one JSON row, and the Markdown tables
 - ``inprocess``: the same model called in-process (engine, bare runtime call)
-- ``plain_ort``: the plain ONNX Runtime loop a user writes by hand (the runtime's own limit)
+- ``plain_ort``: the plain ONNX Runtime loop a user writes by hand (the runtime's own limit), per text task;
+  ``plain_torch``: the same for CLIP on torch
+- ``task_models``: random-weight model folders of real sizes (MiniLM-L6 cross-encoder and classifier,
+  ViT-B/32 CLIP); ``task_compare``: the rerank / classify / CLIP comparison with Infinity
 - ``parity``: cosine checks against a reference (a server's answers, an in-process engine)
 - ``budget``, ``machine``, ``docs_section``, ``gpu``, ``gpu_report``: the GPU run's time budget, machine
   probe, ``docs/benchmarks.md`` section update, per-backend run and its Markdown report

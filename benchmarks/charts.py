@@ -58,3 +58,38 @@ def _save(plt, fig, title: str, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def task_chart(result: dict, out_dir: Path) -> Path:
+    """``compare-{task}-{precision}.png``: per cell, the throughput of Tessera, Infinity and the plain loop,
+    and both servers' p50 latency (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = result["rows"]
+    labels = [f"{r['kind']}×{r['batch']}\nc{r['conc']}" for r in rows]
+    x = range(len(rows))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(max(7.0, 2.2 * len(rows)), 3.8))
+    def plain_rate(r: dict) -> float:  # one-client cells carry the plain loop's time per call instead
+        return r.get("plain items/s") or (1000 * r["batch"] / r["plain ms/call"] if "plain ms/call" in r else 0)
+
+    for k, (values, name) in enumerate((([r["tessera items/s"] for r in rows], "Tessera"),
+                                        ([r["infinity items/s"] for r in rows], "Infinity"),
+                                        ([plain_rate(r) for r in rows], "plain loop"))):
+        left.bar([i + (k - 1) * 0.27 for i in x], values, width=0.26, color=f"C{k}", label=name)
+    left.set_xticks(list(x), labels, fontsize=8)
+    left.set_ylabel(f"{rows[0]['unit'] if len({r['unit'] for r in rows}) == 1 else 'items'}/s")
+    left.set_title("throughput")
+    left.legend(fontsize=7)
+    for k, (key, name) in enumerate((("tessera p50 ms", "Tessera"), ("infinity p50 ms", "Infinity"))):
+        right.bar([i + (k - 0.5) * 0.38 for i in x], [r[key] for r in rows], width=0.36, color=f"C{k}", label=name)
+    right.set_yscale("log")
+    right.set_xticks(list(x), labels, fontsize=8)
+    right.set_ylabel("p50 latency ms (log)")
+    right.set_title("p50 latency")
+    right.legend(fontsize=7)
+    return _save(plt, fig, f"{result['task']} {result['precision']}: Tessera vs Infinity 0.0.78, default configurations",
+                 out_dir / f"compare-{result['task']}-{result['precision']}.png")

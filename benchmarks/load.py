@@ -7,6 +7,7 @@ import asyncio
 import json
 import time
 from concurrent.futures import ProcessPoolExecutor
+from typing import Callable
 
 from benchmarks.results import Cell
 from benchmarks.server import process_cpu
@@ -15,10 +16,15 @@ from benchmarks.server import process_cpu
 async def http_cell(url: str, model: str | None, texts: list[str], kind: str, batch: int, concurrency: int,
                     duration: float, dim: int | None, headers: dict, pid: int | None,
                     route: str = "/v1/embeddings", token_counts: dict[str, int] | None = None,
-                    encoding: str = "base64") -> Cell:
+                    encoding: str = "base64", body_for: Callable[[list], dict] | None = None,
+                    check: Callable[[int, bytes, int], bool] | None = None) -> Cell:
     """One cell: ``batch`` texts per request to ``url + route`` for ``duration`` seconds (after one warm-up
     request per connection); the server's CPU is read from ``pid`` where given. aiohttp keeps the load
-    generator cheap (it shares the CPU with the server on a small machine)."""
+    generator cheap (it shares the CPU with the server on a small machine).
+
+    Another task's request: ``body_for(chunk)`` is the JSON body for ``batch`` items of ``texts`` (any
+    items: documents, image data URIs) and ``check(status, body, count)`` verifies its answer; by default
+    an embeddings request, verified by ``verify``."""
     import aiohttp
 
     cell = Cell(kind, batch, concurrency)
@@ -26,7 +32,8 @@ async def http_cell(url: str, model: str | None, texts: list[str], kind: str, ba
     timeout = aiohttp.ClientTimeout(total=300)
     async with aiohttp.ClientSession(base_url=url, connector=connector, timeout=timeout, headers=headers) as client:
         async def post(chunk):
-            async with client.post(route, json={"input": chunk, "model": model, "encoding_format": encoding}) as r:
+            body = body_for(chunk) if body_for else {"input": chunk, "model": model, "encoding_format": encoding}
+            async with client.post(route, json=body) as r:
                 return r.status, await r.read()
 
         # warm-up: open every connection with a one-text request (a full-batch warm-up of many slow
@@ -44,7 +51,7 @@ async def http_cell(url: str, model: str | None, texts: list[str], kind: str, ba
                 t = time.perf_counter()
                 status, body = await post(chunk)
                 elapsed = time.perf_counter() - t
-                if not verify(status, body, len(chunk), dim):
+                if not (check(status, body, len(chunk)) if check else verify(status, body, len(chunk), dim)):
                     cell.errors += 1
                     continue
                 cell.latencies.append(elapsed)

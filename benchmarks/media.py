@@ -135,3 +135,32 @@ class MediaServer:
     def running(self):
         with self._http:
             yield self
+
+
+#: the synthetic photos' sizes (width, height): camera-like landscape and portrait, square, small
+PHOTO_SIZES = ((640, 480), (480, 640), (512, 512), (320, 240))
+
+
+def photo_uris(n: int, seed: int = 0) -> list[str]:
+    """``n`` deterministic JPEG data URIs of the sizes in ``PHOTO_SIZES`` (in turn): a colour gradient with a
+    few filled shapes, so each image decodes and preprocesses like a photo of its size."""
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(seed)
+    uris = []
+    for i in range(n):
+        w, h = PHOTO_SIZES[i % len(PHOTO_SIZES)]
+        a, b = rng.integers(0, 256, 3), rng.integers(0, 256, 3)
+        ramp = np.linspace(0, 1, w)[None, :, None]
+        pixels = (a + (b - a) * ramp) * np.ones((h, 1, 1))
+        image = Image.fromarray(pixels.astype(np.uint8), "RGB")
+        draw = ImageDraw.Draw(image)
+        for _ in range(4):
+            x0, y0 = int(rng.integers(0, w - 40)), int(rng.integers(0, h - 40))
+            box = (x0, y0, x0 + int(rng.integers(20, w // 2)), y0 + int(rng.integers(20, h // 2)))
+            color = tuple(int(c) for c in rng.integers(0, 256, 3))
+            (draw.ellipse if rng.random() < 0.5 else draw.rectangle)(box, fill=color)
+        buf = io.BytesIO()
+        image.save(buf, "JPEG", quality=90)
+        uris.append(data_uri(buf.getvalue(), "image/jpeg"))
+    return uris

