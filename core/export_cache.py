@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from core.config import default_cache_dir  # noqa: F401  (re-exported: the cache's default place)
+from core.torch_thread import on_torch_thread
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +192,10 @@ def cached_or_export(folder: Path, *, head: str, cache_dir: Path, dtype: str = "
     if missing:
         raise ExportUnavailable(f"exporting needs {', '.join(missing)}: pip install -e '.[export]'")
     key, inputs = cache_key(folder, head=head, cache_dir=cache_dir, dtype="float32", opset=opset)
-    return _export(folder, key, inputs, head=head, cache_dir=cache_dir, opset=opset, max_length=max_length)
+    # torch's CPU work in one thread per process (core/torch_thread.py): a torch backend loaded later keeps
+    # one OpenMP team
+    return on_torch_thread(_export, folder, key, inputs, head=head, cache_dir=cache_dir, opset=opset,
+                           max_length=max_length)
 
 
 def cached_fp16(folder: Path, *, head: str, cache_dir: Path, max_length: int | None = None) -> Path:

@@ -21,6 +21,7 @@ from core.backends.base import Backend
 from core.backends.heads import Head, get_head, is_feed_forward
 from core.config import ModelSpec
 from core.errors import BackendFailure, InvalidInput, OutOfMemory, require
+from core.torch_thread import on_torch_thread
 
 _DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
            "bfloat16": "bfloat16", "bf16": "bfloat16", "int8": "int8", "qint8": "int8"}
@@ -85,6 +86,13 @@ class TorchBackend(Backend):
         self._attention = None  # attention_kernels(): set per device
 
     def load(self, model_dir: Path, *, head: str, device: str, dtype: str, threads: int) -> None:
+        """On the CPU, on the process's torch thread (``core.torch_thread``: one OpenMP team), as ``run``."""
+        if device == "cpu":
+            on_torch_thread(self._load, model_dir, head=head, device=device, dtype=dtype, threads=threads)
+        else:
+            self._load(model_dir, head=head, device=device, dtype=dtype, threads=threads)
+
+    def _load(self, model_dir: Path, *, head: str, device: str, dtype: str, threads: int) -> None:
         torch = require("torch", "torch")
         transformers = require("transformers", "torch")
         if dtype not in _DTYPES:
@@ -129,10 +137,15 @@ class TorchBackend(Backend):
         self._model = torch.compile(model, dynamic=True) if self._compile else model
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
-        import torch
-
         if self._model is None:
             raise BackendFailure("torch backend used before load()")
+        if self._device == "cpu":
+            return on_torch_thread(self._run, inputs)
+        return self._run(inputs)
+
+    def _run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        import torch
+
         feeds = {k: torch.from_numpy(v).to(self._device) for k, v in inputs.items() if k in self._accepts}
         try:
             with torch.inference_mode(), (self._attention() if self._attention else contextlib.nullcontext()):
