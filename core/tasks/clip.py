@@ -30,7 +30,8 @@ class ClipTask(MultiModalEmbedTask):
             return super().text_items(texts, truncate=truncate)
         items = []
         for ids in self.tokenize(texts, truncate=truncate):
-            padded = self.tokenizer.pad({"input_ids": ids}, padding="max_length", max_length=self.max_length)
+            with self.tokenizer_lock:  # pad sets the fast tokenizer's shared padding state too
+                padded = self.tokenizer.pad({"input_ids": ids}, padding="max_length", max_length=self.max_length)
             arrays = {k: np.asarray(v, dtype=np.int64) for k, v in padded.items()}
             items.append(MediaItem("text", arrays, len(ids), self.max_length))
         return items

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import ClassVar, Mapping, Sequence
 
@@ -61,6 +62,10 @@ class MultiModalEmbedTask(Task):
         self.spec = spec
         self.processor = transformers.AutoProcessor.from_pretrained(str(info.folder))
         self.tokenizer = self.processor.tokenizer
+        #: a transformers fast tokenizer keeps its truncation and padding settings on the shared Rust object and
+        #: sets them on every call: two preparing threads that call it with different settings can each get
+        #: the other's (a text meant to be cut at max_length comes back whole). Held around every call.
+        self.tokenizer_lock = threading.Lock()
         self.pad_id = int(self.tokenizer.pad_token_id or 0)
         self.dimension = self._dimension(info.config)
         self.max_length = self._max_length(info.config)
@@ -135,13 +140,15 @@ class MultiModalEmbedTask(Task):
     def tokenize(self, texts: Sequence[str], *, truncate: bool) -> list[list[int]]:
         out = []
         for i, text in enumerate(texts):
-            ids = list(self.tokenizer(text)["input_ids"])
+            with self.tokenizer_lock:
+                ids = list(self.tokenizer(text)["input_ids"])
             if len(ids) > self.max_length:
                 if not truncate:
                     raise TooLarge(
                         f"input[{i}] has {len(ids)} tokens; the model's limit is {self.max_length}", param="input"
                     )
-                ids = list(self.tokenizer(text, truncation=True, max_length=self.max_length)["input_ids"])
+                with self.tokenizer_lock:
+                    ids = list(self.tokenizer(text, truncation=True, max_length=self.max_length)["input_ids"])
             out.append(ids)
         return out
 
