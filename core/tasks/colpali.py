@@ -10,6 +10,7 @@ from typing import ClassVar, Sequence
 import numpy as np
 
 from core.tasks.multimodal import MediaItem, MultiModalEmbedTask
+from core.torch_thread import on_torch_thread
 
 _KEEP = ("input_ids", "attention_mask", "token_type_ids", "pixel_values")
 
@@ -47,7 +48,7 @@ class ColPaliTask(MultiModalEmbedTask):
     def text_items(self, texts: Sequence[str], *, truncate: bool) -> list[MediaItem]:
         items = []
         for i, text in enumerate(texts):
-            item = self._split(self.processor.process_queries([text], return_tensors="pt"), "text")[0]
+            item = self._split(on_torch_thread(self.processor.process_queries, [text], return_tensors="pt"), "text")[0]
             if item.length > self.max_length:
                 from core.errors import TooLarge
 
@@ -59,4 +60,6 @@ class ColPaliTask(MultiModalEmbedTask):
     def image_items(self, images: list) -> list[MediaItem]:
         if not images:
             return []
-        return self._split(self.processor.process_images(images, return_tensors="pt"), "image")  # "np" breaks its label masking
+        # "np" breaks its label masking; its torch tensors are built on the torch thread (core/torch_thread.py:
+        # torch work on a preparing thread would start a second OpenMP team and slow every forward)
+        return self._split(on_torch_thread(self.processor.process_images, images, return_tensors="pt"), "image")

@@ -75,3 +75,29 @@ def test_the_torch_backend_loads_and_runs_cpu_models_on_the_torch_thread(clip_di
     assert forwards_on == {on_torch_thread(threading.get_ident)}
     for out in results:
         np.testing.assert_array_equal(out["embeddings"], here["embeddings"])
+
+
+def test_colpali_builds_its_processor_tensors_on_the_torch_thread(colpali_dir):
+    """ColPali's processor returns torch tensors (its label masking needs them); building them on a preparing
+    thread would start a second OpenMP team there."""
+    from PIL import Image
+
+    from core.config import ModelSpec
+    from core.loading import read_model_info
+    from core.tasks import create_task
+
+    task = create_task("colpali", read_model_info(colpali_dir), ModelSpec(path=colpali_dir))
+    seen = []
+    for name in ("process_images", "process_queries"):
+        original = getattr(task.processor, name)
+
+        def recording(*args, _original=original, **kwargs):
+            seen.append(is_torch_thread())
+            return _original(*args, **kwargs)
+
+        setattr(task.processor, name, recording)
+    with ThreadPoolExecutor(1) as pool:
+        images = pool.submit(task.image_items, [Image.new("RGB", (64, 48), (90, 120, 150))]).result()
+        queries = pool.submit(task.text_items, ["a chart of sales"], truncate=True).result()
+    assert seen == [True, True]
+    assert images[0].modality == "image" and queries[0].modality == "text"
