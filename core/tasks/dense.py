@@ -76,8 +76,13 @@ def _read_weights(folder: Path) -> dict[str, np.ndarray]:
                 f"{folder}/pytorch_model.bin needs torch to read (pip install -e '.[torch]'), or re-export the "
                 "folder with scripts/export_onnx.py / scripts/convert_ct2.py, which write model.safetensors"
             ) from exc
-        state = torch.load(str(folder / "pytorch_model.bin"), map_location="cpu", weights_only=True)
-        return {k: v.float().numpy() for k, v in state.items()}
+        from core.torch_thread import on_torch_thread
+
+        def read() -> dict[str, np.ndarray]:  # on the torch thread: the process keeps one OpenMP team
+            state = torch.load(str(folder / "pytorch_model.bin"), map_location="cpu", weights_only=True)
+            return {k: v.float().numpy() for k, v in state.items()}
+
+        return on_torch_thread(read)
     raise InvalidInput(f"{folder}: Dense module without weights (model.safetensors or pytorch_model.bin)")
 
 

@@ -49,8 +49,11 @@ def load_linear(folder: Path, name: str) -> tuple[np.ndarray, np.ndarray | None]
                 f"{folder}/{name}.pt needs torch to read (pip install -e '.[torch]'), or convert the folder with "
                 f"scripts/export_onnx.py / scripts/convert_ct2.py, which write {name}.safetensors"
             ) from exc
-        state = {k: v.float().numpy() for k, v in
-                 torch.load(str(folder / f"{name}.pt"), map_location="cpu", weights_only=True).items()}
+        from core.torch_thread import on_torch_thread
+
+        state = on_torch_thread(lambda: {  # on the torch thread: the process keeps one OpenMP team
+            k: v.float().numpy()
+            for k, v in torch.load(str(folder / f"{name}.pt"), map_location="cpu", weights_only=True).items()})
     if "weight" not in state:
         raise InvalidInput(f"{folder}/{name}: no 'weight' tensor (has {sorted(state)})")
     bias = state.get("bias")
