@@ -45,7 +45,7 @@ def _torch_executor() -> ThreadPoolExecutor:
 def on_torch_thread(fn: Callable[..., T], *args, **kwargs) -> T:
     """``fn(*args, **kwargs)`` on the process's torch thread (directly when called from it), blocking the
     caller until it returns; its exception is raised here."""
-    if threading.get_ident() == _ident and _owner_pid == os.getpid():
+    if is_torch_thread():
         return fn(*args, **kwargs)
     return _torch_executor().submit(fn, *args, **kwargs).result()
 
