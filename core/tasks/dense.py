@@ -65,24 +65,31 @@ def load_safetensors(path: Path) -> dict[str, np.ndarray]:
     return load_file(str(path))
 
 
+def load_torch_state(path: Path, *, written_by: str) -> dict[str, np.ndarray]:
+    """A torch state dict file as float32 arrays, read on the torch thread (``core/torch_thread.py``: the
+    process keeps one OpenMP team). ``written_by``: the converters' safetensors file that replaces it, named
+    when torch is not installed."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise MissingDependency(
+            f"{path} needs torch to read (pip install -e '.[torch]'), or convert the folder with "
+            f"scripts/export_onnx.py / scripts/convert_ct2.py, which write {written_by}"
+        ) from exc
+    from core.torch_thread import on_torch_thread
+
+    def read() -> dict[str, np.ndarray]:
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+        return {k: v.float().numpy() for k, v in state.items()}
+
+    return on_torch_thread(read)
+
+
 def _read_weights(folder: Path) -> dict[str, np.ndarray]:
     if (folder / "model.safetensors").exists():
         return load_safetensors(folder / "model.safetensors")
     if (folder / "pytorch_model.bin").exists():
-        try:
-            import torch
-        except ImportError as exc:
-            raise MissingDependency(
-                f"{folder}/pytorch_model.bin needs torch to read (pip install -e '.[torch]'), or re-export the "
-                "folder with scripts/export_onnx.py / scripts/convert_ct2.py, which write model.safetensors"
-            ) from exc
-        from core.torch_thread import on_torch_thread
-
-        def read() -> dict[str, np.ndarray]:  # on the torch thread: the process keeps one OpenMP team
-            state = torch.load(str(folder / "pytorch_model.bin"), map_location="cpu", weights_only=True)
-            return {k: v.float().numpy() for k, v in state.items()}
-
-        return on_torch_thread(read)
+        return load_torch_state(folder / "pytorch_model.bin", written_by="model.safetensors")
     raise InvalidInput(f"{folder}: Dense module without weights (model.safetensors or pytorch_model.bin)")
 
 

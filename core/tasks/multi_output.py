@@ -23,10 +23,10 @@ from typing import ClassVar, Mapping, Sequence
 import numpy as np
 
 from core.config import ModelSpec
-from core.errors import InvalidInput, MissingDependency
+from core.errors import InvalidInput
 from core.loading import ModelInfo, read_embed_pipeline
 from core.tasks.base import TextTask
-from core.tasks.dense import load_safetensors
+from core.tasks.dense import load_safetensors, load_torch_state
 from core.tasks.embed import EmbedRequest, EmbedResult
 from core.tasks.late_interaction import ScoreRequest
 from core.tasks.prompts import resolve_prompt
@@ -42,18 +42,7 @@ def load_linear(folder: Path, name: str) -> tuple[np.ndarray, np.ndarray | None]
     if (folder / f"{name}.safetensors").exists():
         state = load_safetensors(folder / f"{name}.safetensors")
     else:
-        try:
-            import torch
-        except ImportError as exc:
-            raise MissingDependency(
-                f"{folder}/{name}.pt needs torch to read (pip install -e '.[torch]'), or convert the folder with "
-                f"scripts/export_onnx.py / scripts/convert_ct2.py, which write {name}.safetensors"
-            ) from exc
-        from core.torch_thread import on_torch_thread
-
-        state = on_torch_thread(lambda: {  # on the torch thread: the process keeps one OpenMP team
-            k: v.float().numpy()
-            for k, v in torch.load(str(folder / f"{name}.pt"), map_location="cpu", weights_only=True).items()})
+        state = load_torch_state(folder / f"{name}.pt", written_by=f"{name}.safetensors")
     if "weight" not in state:
         raise InvalidInput(f"{folder}/{name}: no 'weight' tensor (has {sorted(state)})")
     bias = state.get("bias")
