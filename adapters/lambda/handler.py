@@ -198,6 +198,42 @@ def too_large(response: dict[str, Any], size: int, limit: int) -> dict[str, Any]
 
 
 
+def error_response(error: TesseraError) -> dict[str, Any]:
+    """``error`` as the invocation's response, in the error shape."""
+    return {"statusCode": error.status, "headers": {"content-type": "application/json"},
+            "body": orjson.dumps(error.body()).decode(), "isBase64Encoded": False}
+
+
+def event_problem(event: Any) -> str | None:
+    """What makes ``event`` something no HTTP request could have produced (None: it is well formed): the
+    fields the adapter and the early checks read must have the types AWS sends."""
+    if not isinstance(event, Mapping):
+        return "the event is not a JSON object"
+    if not isinstance(event.get("requestContext"), Mapping):
+        return "the event has no requestContext: not an HTTP event (function URL or API Gateway)"
+    body = event.get("body")
+    if body is not None and not isinstance(body, str):
+        return "the event's body is not a string"
+    if body and event.get("isBase64Encoded"):
+        try:
+            base64.b64decode(body, validate=True)
+        except ValueError:
+            return "the event's body is marked isBase64Encoded but is not valid base64"
+    for key in ("rawPath", "path", "rawQueryString", "httpMethod"):
+        if event.get(key) is not None and not isinstance(event[key], str):
+            return f"the event's {key} is not a string"
+    headers = event.get("headers")
+    if headers is not None and (not isinstance(headers, Mapping)
+                                or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())):
+        return "the event's headers are not a map of strings to strings"
+    multi = event.get("multiValueHeaders")
+    if multi is not None and (not isinstance(multi, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, list) and all(isinstance(x, str) for x in v)
+            for k, v in multi.items())):
+        return "the event's multiValueHeaders are not a map of strings to lists of strings"
+    return None
+
+
 def _json_body(event: Mapping[str, Any]) -> Any:
     body = event.get("body")
     if not body:
@@ -241,8 +277,11 @@ def least_response_bytes(event: Mapping[str, Any], registry: Registry, max_items
     count = _input_count(body.get("input"))
     if count is not None and max_items is not None and count > max_items:
         return None  # over the app's own item limit: its 413 says so (which is the fix to offer)
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        return None  # not a model name: the app's own 422 says so
     try:
-        engine = registry.get(body.get("model"), "embeddings")
+        engine = registry.get(model, "embeddings")
     except TesseraError:
         return None
     task = engine.task
@@ -378,6 +417,14 @@ log.info("init done in %.2fs: models %s, %d threads%s", time.monotonic() - _init
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    problem = event_problem(event)
+    if problem is None:
+        try:
+            asgi.infer(event, context)  # the event shapes the adapter serves
+        except RuntimeError:
+            problem = "the event is not an HTTP event this function serves (function URL or API Gateway)"
+    if problem is not None:
+        return error_response(InvalidInput(problem, code="invalid_event"))
     refusal = refused_early(event, registry, settings.lambda_max_response_bytes, _api_keys, settings.max_items_per_request)
     if refusal is not None:
         return refusal

@@ -298,3 +298,55 @@ def test_init_runs_the_warm_pass_uncounted_and_starts_the_batchers(minilm_dir, p
     finally:
         module.loop.run_until_complete(module.registry.stop(drain=False))
         module.loop.close()
+
+
+def _malformed(change):
+    event = _embed_event(["hello"])
+    change(event)
+    return event
+
+
+def _drop_request_context(event):
+    event.pop("requestContext")
+
+
+MALFORMED_EVENTS = {
+    "a model that is a list": lambda e: e.update(body=orjson.dumps({"model": ["x"], "input": "a"}).decode()),
+    "a model that is an object": lambda e: e.update(body=orjson.dumps({"model": {"a": 1}, "input": "a"}).decode()),
+    "invalid base64 body": lambda e: e.update(body="not base64 at all!", isBase64Encoded=True),
+    "a body that is not a string": lambda e: e.update(body={"input": "a"}),
+    "a list-valued header": lambda e: e["headers"].update(authorization=["Bearer a", "Bearer b"]),
+    "a header that is a number": lambda e: e["headers"].update(**{"x-request-timeout": 5}),
+    "headers that are a list": lambda e: e.update(headers=[["content-type", "application/json"]]),
+    "no requestContext": _drop_request_context,
+    "not an HTTP event at all": lambda e: e.clear(),
+}
+
+
+@pytest.mark.parametrize("name", list(MALFORMED_EVENTS))
+def test_every_event_gets_a_response_in_the_error_shape(lambda_module, name):
+    """A malformed event (or a body the early checks could not read) answers a 4xx in the error shape; it
+    never raises (a function error: 502 to the caller, before the API key is even checked)."""
+    reply = invoke(lambda_module, _malformed(MALFORMED_EVENTS[name]))
+    assert 400 <= reply.status < 500, (reply.status, reply.body)
+    error = reply.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    assert invoke(lambda_module, _embed_event(["still serving"])).status == 200
+
+
+def test_a_malformed_body_is_refused_after_the_api_key_check(monkeypatch):
+    """Without the key, a request whose body the early refusal cannot read gets the 401 like any other."""
+    from tests.support.modules import load_by_path
+
+    monkeypatch.setenv("TESSERA_API_KEYS", '["secret-key"]')
+    module = load_by_path("tessera_lambda_handler_auth_malformed", LAMBDA_HANDLER)
+    try:
+        event = _embed_event(["x"])
+        event["body"] = orjson.dumps({"model": ["x"], "input": "a"}).decode()
+        denied = invoke(module, event)
+        assert denied.status == 401 and denied.json()["error"]["code"] == "invalid_api_key"
+        event["headers"]["authorization"] = "Bearer secret-key"
+        assert invoke(module, event).status == 422
+    finally:
+        module.loop.run_until_complete(module.registry.stop(drain=False))
+        module.loop.close()
