@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import re
 from typing import Any
 
 from core import request_context
@@ -63,15 +64,30 @@ def _level(level: str) -> int:
     return level_number(level)
 
 
-class TextFormatter(logging.Formatter):
-    """The text format, with a record's ``fields`` appended as ``key=value``."""
+#: what would end or rewrite a text log line: C0/C1 controls, DEL and Unicode's line/paragraph separators
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
-    def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+
+def _escape_control(match: re.Match) -> str:
+    return match.group().encode("unicode_escape").decode("ascii")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with each control character written as its escape (``\\r``, ``\\x1b``, ``\\u2028``): a
+    value from a request (a path, a header) can then never start a line of its own in a text log."""
+    return _CONTROL.sub(_escape_control, text)
+
+
+class TextFormatter(logging.Formatter):
+    """The text format, with a record's ``fields`` appended as ``key=value``. The message and every field
+    are written with their control characters escaped (:func:`escape_controls`); a traceback follows as is."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
         fields = getattr(record, "fields", None)
         if fields:
             line += " " + " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
-        return line
+        return escape_controls(line)
 
 
 class JsonFormatter(logging.Formatter):

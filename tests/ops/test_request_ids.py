@@ -110,3 +110,38 @@ def test_model_load_failures_are_counted(minilm_onnx_dir, tmp_path):
         text = c.get("/metrics").text
     assert 'tessera_model_load_failures_total{model="bad"} 1.0' in text
     assert "tessera_models_loaded 1.0" in text
+
+
+FORGED = "2026-12-05 00:00:00,000 CRITICAL tessera: FORGED admin login"
+
+
+@pytest.mark.parametrize("auth", [True, False], ids=["no-key", "with-key"])
+def test_control_characters_are_escaped_in_every_text_log_field(client, auth):
+    """A path with CR/LF (percent-encoded, decoded by the server) must not write a line of its own into
+    the default text log: every control character of the message and of each field is escaped."""
+    import io
+
+    from core.logs import TEXT_FORMAT, TextFormatter
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(TextFormatter(TEXT_FORMAT))
+    access = logging.getLogger("tessera.access")
+    access.addHandler(handler)
+    level = access.level
+    access.setLevel(logging.INFO)
+    try:
+        path = "/nope%0D%0A" + FORGED.replace(" ", "%20") + "%1b[2J%00%E2%80%A8x"
+        client.get(path, headers=AUTH if auth else {})
+        logging.getLogger("tessera.test").addHandler(handler)
+        logging.getLogger("tessera.test").warning("model %s failed", "bad\nname\x85\u2028")
+    finally:
+        access.removeHandler(handler)
+        logging.getLogger("tessera.test").removeHandler(handler)
+        access.setLevel(level)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert not any(line.startswith("2026-12-05 00:00:00,000 CRITICAL") for line in lines)
+    assert "path=/nope\\r\\n2026-12-05 00:00:00,000 CRITICAL" in lines[0] and "\\x1b[2J\\x00\\u2028x" in lines[0]
+    assert lines[1].endswith("model bad\\nname\\x85\\u2028 failed")
+    assert all(ch.isprintable() for line in lines for ch in line)
