@@ -14,7 +14,7 @@ from core.backends.base import Backend
 from core.backends.registry import Choice, choose, create_backend
 from core.batching import Batcher, BatchStats
 from core.config import ModelSpec, Settings
-from core.errors import ModelNotFound, NotReady, OutOfMemory, StartupFailed, TesseraError, TooLarge, Unsupported
+from core.errors import BackendFailure, ModelNotFound, NotReady, OutOfMemory, StartupFailed, TesseraError, TooLarge, Unsupported
 from core.hub import resolve_source
 from core.loading import detect_task, read_model_info
 from core.metrics import Metrics
@@ -116,9 +116,13 @@ class Engine:
             shape = tuple(next(iter(inputs.values())).shape)
             try:
                 self.backend.run(inputs)
-            except (TesseraError, RuntimeError, ValueError, MemoryError) as exc:  # requests of that shape will fail too
-                log.warning("model %s: warm-up batch %s failed: %s: %s", self.name, shape, type(exc).__name__, exc)
+            except (OutOfMemory, MemoryError) as exc:  # served in halves, as any batch out of memory is
+                log.warning("model %s: warm-up batch %s ran out of memory: %s", self.name, shape, exc)
                 continue
+            except (TesseraError, RuntimeError, ValueError, TypeError) as exc:
+                # every request would fail the same way: the model is not served (a failed load)
+                raise BackendFailure(f"model {self.name!r}: its warm-up batch {shape} failed, so every request "
+                                     f"would: {type(exc).__name__}: {exc}") from exc
             shapes.append(shape)
         if shapes:
             log.info("model %s: warmed up on %d batch shapes in %.2fs", self.name, len(shapes), time.monotonic() - started)
@@ -249,9 +253,15 @@ class Registry:
         return registry
 
     def warm_up(self) -> None:
-        """Run every engine's warm-up (:meth:`Engine.warm_up`)."""
-        for engine in self.engines.values():
-            engine.warm_up()
+        """Run every engine's warm-up (:meth:`Engine.warm_up`); an engine whose warm-up fails is moved to
+        ``failed``, as a model that failed to load (:meth:`raise_if_unusable` then applies)."""
+        for name, engine in list(self.engines.items()):
+            try:
+                engine.warm_up()
+            except TesseraError as exc:
+                log.error("model %s failed to load: %s", name, exc.message)
+                self.failed[name] = FailedModel(engine.spec, exc.message)
+                del self.engines[name]
 
     def get(self, served_name: str | None, capability: str) -> Engine:
         """The engine serving ``served_name`` (optional when one model fits) that can do ``capability``."""

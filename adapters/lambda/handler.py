@@ -364,6 +364,7 @@ def before_snapshot(registry: Registry) -> None:
     """Warm every model up, so that the snapshot holds ONNX Runtime's allocations for every batch shape."""
     started = time.monotonic()
     registry.warm_up()
+    registry.raise_if_unusable()  # a model whose warm-up failed is a failed load: no snapshot of it
     log.info("before snapshot: models %s warmed up in %.2fs", sorted(registry.engines), time.monotonic() - started)
 
 
