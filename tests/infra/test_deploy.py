@@ -455,7 +455,10 @@ def _transform_params(model: str) -> dict:
                                "SplitType": "Line"},
             "TransformOutput": {"S3OutputPath": "s3://my-data/embeddings/", "Accept": "application/jsonlines",
                                 "AssembleWith": "Line"},
-            "TransformResources": {"InstanceType": "ml.g6.xlarge", "InstanceCount": 3},
+            # Batch Transform's default GPU driver is 470 (AWS, inference-gpu-drivers), which cannot run the
+            # CUDA 13 image; 535 runs it through the image's forward-compatibility libraries
+            "TransformResources": {"InstanceType": "ml.g6.xlarge", "InstanceCount": 3,
+                                   "TransformAmiVersion": "al2-ami-sagemaker-batch-gpu-535"},
             "Tags": [{"Key": "project", "Value": "tessera"}]}
 
 
@@ -511,7 +514,8 @@ def test_transform_failure_and_dry_run(deploy, clients, sdk, capsys, monkeypatch
     session, sm = sdk
     arn = "arn:aws:sagemaker:us-east-1:123456789012:transform-job/j"
     params = {**_transform_params("m"), "TransformJobName": "j", "TransformResources": {
-        "InstanceType": "ml.g6.xlarge", "InstanceCount": 1}, "DataProcessing": {"JoinSource": "Input"}}
+        "InstanceType": "ml.g6.xlarge", "InstanceCount": 1, "TransformAmiVersion": "al2-ami-sagemaker-batch-gpu-535"},
+        "DataProcessing": {"JoinSource": "Input"}}
     params["Environment"] = {"TESSERA_SAGEMAKER_MAX_RESPONSE_BYTES": "0"}
     with Stubber(sm) as stub:
         stub.add_response("create_transform_job", {"TransformJobArn": arn}, params)
