@@ -403,11 +403,13 @@ def transform_request(job_name: str, model_name: str, input_uri: str, output_uri
         raise ValueError(f"job name {job_name!r}: letters, digits and '-', at most 63 characters")
     if not re.fullmatch(r"ml\.[a-z0-9]+\.[a-z0-9]+", instance_type):
         raise ValueError(f"instance type {instance_type!r}: expected e.g. ml.g6.xlarge")
-    if not 1 <= max_payload_mb <= 8:
-        raise ValueError("--max-payload-mb must be 1..8 (the container refuses request bodies over 8 MiB)")
+    if not 1 <= max_payload_mb <= 100:  # the container raises its body limit to SAGEMAKER_MAX_PAYLOAD_IN_MB
+        raise ValueError("--max-payload-mb must be 1..100 (Batch Transform's MaxPayloadInMB limit)")
     if instance_count < 1 or concurrency < 1:
         raise ValueError("--instance-count and --concurrency must be at least 1")
-    environment = {"TESSERA_SAGEMAKER_MAX_RESPONSE_BYTES": "0"}  # no 6 MB response limit in Batch Transform
+    environment = {"TESSERA_SAGEMAKER_MAX_RESPONSE_BYTES": "0",  # no 6 MB response limit in Batch Transform
+                   # the container's deadline (its 504s) inside the job's invocation timeout
+                   "TESSERA_REQUEST_TIMEOUT_S": str(max(1, timeout_s - 5))}
     if route:
         environment["TESSERA_SAGEMAKER_ROUTE"] = route
     request: dict[str, Any] = {
@@ -574,7 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--instance-count", type=int, default=1)
     t.add_argument("--transform-ami", default=None,
                    help=f"TransformAmiVersion (default on GPU hosts: {TRANSFORM_GPU_AMI}; '' for AWS's own)")
-    t.add_argument("--max-payload-mb", type=int, default=6, help="mini-batch size (MaxPayloadInMB), 1..8")
+    t.add_argument("--max-payload-mb", type=int, default=6, help="mini-batch size (MaxPayloadInMB), 1..100")
     t.add_argument("--concurrency", type=int, default=2, help="mini-batches in flight per instance")
     t.add_argument("--route", help="route of every record (default: the models' one capability)")
     t.add_argument("--join-input", action="store_true", help="write each input record with its SageMakerOutput")

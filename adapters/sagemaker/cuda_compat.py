@@ -85,7 +85,7 @@ def library_path(environ: Mapping[str, str], *, compat_dir: Path = COMPAT_DIR,
     else:
         reason = f"host driver {fmt(host)} >= compat driver branch {compat[0]}: CUDA compat not used"
     merged = extra + [p for p in parts if p not in extra]
-    return ":".join(merged), f"{check.line()}; {reason}"
+    return ":".join(merged), f"{reason} ({check.line()})"
 
 
 def main(argv: list[str]) -> None:
