@@ -245,6 +245,18 @@ def test_sagemaker_labels_and_environment(dockerfile):
     assert "EXPOSE 8080" in text
 
 
+def test_cuda_image_asks_the_nvidia_runtime_for_the_gpus():
+    """The CUDA image is python:3.11-slim, not an nvidia/cuda image, so it inherits none of their variables.
+    NVIDIA's nvidia/cuda base images (gitlab.com/nvidia/container-images/cuda, the base Dockerfiles) set
+    NVIDIA_VISIBLE_DEVICES=all and NVIDIA_DRIVER_CAPABILITIES=compute,utility; the NVIDIA Container Toolkit
+    (its "environment variables (OCI spec)" documentation) exposes no GPU to a container where
+    NVIDIA_VISIBLE_DEVICES is unset, and mounts only the driver libraries of the capabilities listed:
+    compute for CUDA, utility for nvidia-smi/NVML."""
+    image, _ = docker_run_serve(ROOT / "adapters/sagemaker/Dockerfile.cuda")
+    assert image.env.get("NVIDIA_VISIBLE_DEVICES") == "all"
+    assert {"compute", "utility"} <= set(image.env.get("NVIDIA_DRIVER_CAPABILITIES", "").split(","))
+
+
 def test_neuron_header_describes_the_backend_that_exists():
     header = (ROOT / "adapters/sagemaker/Dockerfile.neuron").read_text().split("\nARG ", 1)[0]
     assert "not on this branch" not in header and "FUTURE WORK" not in header
