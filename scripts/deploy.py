@@ -63,6 +63,11 @@ SECRET_PARAMETERS = {"ApiKeys"}
 #: values that only stand in for a secret (the example files' ``change-me``)
 PLACEHOLDER_SECRET = re.compile(r"change[-_ ]?me|replace[-_ ]?me|your[-_ ]?(api[-_ ]?)?key|<[^>]*>|x{4,}", re.I)
 TRANSFORM_DONE = {"Completed"}
+#: Batch Transform hosts run NVIDIA driver 470 by default (AWS, "Best practices to minimize interruptions during
+#: GPU driver upgrades"), which cannot run the CUDA image's CUDA 13 build; 535 runs it through the forward-
+#: compatibility libraries the image carries (botocore's TransformResources.TransformAmiVersion documentation
+#: lists al2-ami-sagemaker-batch-gpu-470 and -535; core/cuda_driver.py has the branch rules)
+TRANSFORM_GPU_AMI = "al2-ami-sagemaker-batch-gpu-535"
 TRANSFORM_FAILED = {"Failed", "Stopped"}
 JSONLINES = "application/jsonlines"
 
@@ -391,18 +396,20 @@ def split_s3_prefix(url: str, what: str) -> str:
 def transform_request(job_name: str, model_name: str, input_uri: str, output_uri: str, *,
                       instance_type: str = "ml.g6.xlarge", instance_count: int = 1, max_payload_mb: int = 6,
                       concurrency: int = 2, route: str | None = None, join_input: bool = False,
-                      timeout_s: int = 600) -> dict[str, Any]:
+                      timeout_s: int = 600, ami_version: str | None = None) -> dict[str, Any]:
     """``create_transform_job`` arguments: every JSON Lines object under ``input_uri``, split per line, sent
     as MultiRecord mini-batches of at most ``max_payload_mb``; answers assembled per line under ``output_uri``."""
     if not re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", job_name):
         raise ValueError(f"job name {job_name!r}: letters, digits and '-', at most 63 characters")
     if not re.fullmatch(r"ml\.[a-z0-9]+\.[a-z0-9]+", instance_type):
         raise ValueError(f"instance type {instance_type!r}: expected e.g. ml.g6.xlarge")
-    if not 1 <= max_payload_mb <= 8:
-        raise ValueError("--max-payload-mb must be 1..8 (the container refuses request bodies over 8 MiB)")
+    if not 1 <= max_payload_mb <= 100:  # the container raises its body limit to SAGEMAKER_MAX_PAYLOAD_IN_MB
+        raise ValueError("--max-payload-mb must be 1..100 (Batch Transform's MaxPayloadInMB limit)")
     if instance_count < 1 or concurrency < 1:
         raise ValueError("--instance-count and --concurrency must be at least 1")
-    environment = {"TESSERA_SAGEMAKER_MAX_RESPONSE_BYTES": "0"}  # no 6 MB response limit in Batch Transform
+    environment = {"TESSERA_SAGEMAKER_MAX_RESPONSE_BYTES": "0",  # no 6 MB response limit in Batch Transform
+                   # the container's deadline (its 504s) inside the job's invocation timeout
+                   "TESSERA_REQUEST_TIMEOUT_S": str(max(1, timeout_s - 5))}
     if route:
         environment["TESSERA_SAGEMAKER_ROUTE"] = route
     request: dict[str, Any] = {
@@ -423,6 +430,10 @@ def transform_request(job_name: str, model_name: str, input_uri: str, output_uri
         "TransformResources": {"InstanceType": instance_type, "InstanceCount": instance_count},
         "Tags": [{"Key": "project", "Value": "tessera"}],
     }
+    if ami_version is None and instance_type.split(".")[1][:1] in ("g", "p"):  # an NVIDIA GPU host
+        ami_version = TRANSFORM_GPU_AMI
+    if ami_version:
+        request["TransformResources"]["TransformAmiVersion"] = ami_version
     if join_input:
         request["DataProcessing"] = {"JoinSource": "Input"}  # each input record + its "SageMakerOutput"
     return request
@@ -461,7 +472,8 @@ def create_transform_job(request: dict[str, Any], session):
                                                 assemble_with=target["AssembleWith"]),
         transform_resources=shapes.TransformResources(
             instance_type=request["TransformResources"]["InstanceType"],
-            instance_count=request["TransformResources"]["InstanceCount"]),
+            instance_count=request["TransformResources"]["InstanceCount"],
+            transform_ami_version=request["TransformResources"].get("TransformAmiVersion")),
         max_concurrent_transforms=request["MaxConcurrentTransforms"],
         max_payload_in_mb=request["MaxPayloadInMB"],
         batch_strategy=request["BatchStrategy"],
@@ -562,7 +574,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--job-name", default=None, help="default: tessera-YYYYmmdd-HHMMSS")
     t.add_argument("--instance-type", default="ml.g6.xlarge")
     t.add_argument("--instance-count", type=int, default=1)
-    t.add_argument("--max-payload-mb", type=int, default=6, help="mini-batch size (MaxPayloadInMB), 1..8")
+    t.add_argument("--transform-ami", default=None,
+                   help=f"TransformAmiVersion (default on GPU hosts: {TRANSFORM_GPU_AMI}; '' for AWS's own)")
+    t.add_argument("--max-payload-mb", type=int, default=6, help="mini-batch size (MaxPayloadInMB), 1..100")
     t.add_argument("--concurrency", type=int, default=2, help="mini-batches in flight per instance")
     t.add_argument("--route", help="route of every record (default: the models' one capability)")
     t.add_argument("--join-input", action="store_true", help="write each input record with its SageMakerOutput")
@@ -617,7 +631,7 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout, *, clients=Non
             request = transform_request(job_name, args.model_name or "", args.input, args.output,
                                         instance_type=args.instance_type, instance_count=args.instance_count,
                                         max_payload_mb=args.max_payload_mb, concurrency=args.concurrency,
-                                        route=args.route, join_input=args.join_input)
+                                        route=args.route, join_input=args.join_input, ami_version=args.transform_ami)
             stack_name = None if args.model_name else args.stack_name
             if args.dry_run:
                 dry_run_transform(request, out, stack_name)

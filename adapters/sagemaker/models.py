@@ -9,6 +9,13 @@ set, else what the model tarball unpacked into ``/opt/ml/model`` (``SM_MODEL_DIR
 
 ``TESSERA_DEVICE`` (e.g. ``cuda``, set by Dockerfile.cuda) applies to discovered folders.
 With nothing there, the embedded default model is served.
+
+Two limits follow SageMaker's own: ``request_timeout_s`` defaults to 55 s, so that a request's deadline
+(its 504) lands before InvokeEndpoint's 60 s limit on the container's answer; and in Batch Transform,
+which sets ``SAGEMAKER_MAX_PAYLOAD_IN_MB`` to the largest body it sends (the job's ``MaxPayloadInMB``),
+the request-body limit is raised to it, so that no mini-batch the job may send is refused with a 413
+(and, with ``SAGEMAKER_BATCH=true``, the real-time 6 MB response guard is off and the deadline is 595 s,
+inside the job's default 600 s invocation timeout, unless set).
 """
 
 from __future__ import annotations
@@ -19,11 +26,20 @@ from typing import Mapping
 from pydantic import Field
 
 from core.config import ModelSpec, Settings, settings_from_env
+from core.errors import ConfigError
 
 DEFAULT_MODEL_DIR = "/opt/ml/model"
 CONFIG_NAMES = ("tessera.yaml", "tessera.yml", "tessera.json")
 #: SageMaker's limit on a real-time endpoint's response (InvokeEndpoint): 6 MB
 SAGEMAKER_MAX_RESPONSE_BYTES = 6 * 1024 * 1024
+#: InvokeEndpoint: "A customer's model containers must respond to requests within 60 seconds"
+SAGEMAKER_INVOCATION_TIMEOUT_S = 60.0
+#: the request deadline's default: SageMaker's 60 s less time to send the 504 back
+REQUEST_TIMEOUT_S = SAGEMAKER_INVOCATION_TIMEOUT_S - 5
+#: Batch Transform's per-invocation timeout when the job sets none (ModelClientConfig.InvocationsTimeoutInSeconds)
+BATCH_INVOCATION_TIMEOUT_S = 600.0
+#: set by Batch Transform: the largest payload it sends to the container over HTTP, in MB
+MAX_PAYLOAD_VARIABLE = "SAGEMAKER_MAX_PAYLOAD_IN_MB"
 
 
 class SageMakerSettings(Settings):
@@ -37,6 +53,9 @@ class SageMakerSettings(Settings):
         default=SAGEMAKER_MAX_RESPONSE_BYTES, ge=0,
         description="answer 413 instead of a response over this size (SageMaker refuses > 6 MB); 0: no guard")
     port: int = Field(default=8080, description="port (SageMaker's SAGEMAKER_BIND_TO_PORT wins)")
+    request_timeout_s: float = Field(
+        default=REQUEST_TIMEOUT_S, gt=0,
+        description="deadline of a request (504 after); below InvokeEndpoint's 60 s, so the container answers first")
 
 
 def discover(model_dir: Path, *, device: str, name: str | None) -> list[ModelSpec]:
@@ -55,8 +74,33 @@ def _is_hub_id(spec: ModelSpec, model_dir: Path) -> bool:
     return hub_id_of(spec.path) is not None and not (model_dir / spec.path).exists()
 
 
+def _batch_payload(settings: SageMakerSettings, environ: Mapping[str, str]) -> SageMakerSettings:
+    """Batch Transform (``SAGEMAKER_BATCH=true``): no real-time 6 MB response guard and a deadline inside the
+    job's default 600 s invocation timeout instead of 55 s, unless set; and
+    ``SAGEMAKER_MAX_PAYLOAD_IN_MB``: the request-body limit raised to it (never lowered)."""
+    if environ.get("SAGEMAKER_BATCH", "").lower() == "true":
+        if "TESSERA_SAGEMAKER_MAX_RESPONSE_BYTES" not in environ:
+            settings = settings.model_copy(update={"sagemaker_max_response_bytes": 0})
+        if "TESSERA_REQUEST_TIMEOUT_S" not in environ:  # the job's invocation timeout, not InvokeEndpoint's 60 s
+            settings = settings.model_copy(update={"request_timeout_s": BATCH_INVOCATION_TIMEOUT_S - 5})
+    given = environ.get(MAX_PAYLOAD_VARIABLE, "").strip()
+    if not given:
+        return settings
+    try:
+        payload = int(float(given) * 1024 * 1024)
+    except ValueError:
+        raise ConfigError([f"{MAX_PAYLOAD_VARIABLE}={given!r}: expected a number of MB"]) from None
+    if payload <= settings.max_request_bytes:
+        return settings
+    return settings.model_copy(update={"max_request_bytes": payload})
+
+
 def sagemaker_settings(environ: Mapping[str, str]) -> SageMakerSettings:
     """The container's settings, built once from ``environ`` (the edge of ``serve``)."""
+    return _batch_payload(_settings(environ), environ)
+
+
+def _settings(environ: Mapping[str, str]) -> SageMakerSettings:
     model_dir = Path(environ.get("SM_MODEL_DIR", DEFAULT_MODEL_DIR))
     overrides = {}
     if environ.get("SAGEMAKER_BIND_TO_PORT"):  # multi-container endpoints choose the port

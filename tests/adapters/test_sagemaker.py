@@ -386,3 +386,72 @@ def test_start_up_warm_pass_covers_invocations_and_counts_nothing(minilm_dir, pa
         counted = [line for line in metrics.splitlines()
                    if line.startswith("tessera_requests_total{") and not line.endswith(" 0.0")]
         assert counted == []
+
+
+# --- SageMaker's own limits: Batch Transform's payload size, InvokeEndpoint's 60 s ------------------------------
+
+def _batch_transform_environment(max_payload_mb: int) -> dict[str, str]:
+    """The variables SageMaker gives a Batch Transform container, as the SageMaker Python SDK's local mode
+    builds them (``sagemaker.core.local.entities._LocalTransformJob._get_container_environment``; AWS,
+    "How containers serve requests" for batch transform: SAGEMAKER_MAX_PAYLOAD_IN_MB "is set to the
+    largest size payload that is sent to the container via HTTP")."""
+    from sagemaker.core.local.entities import _LocalTransformJob
+
+    job = _LocalTransformJob.__new__(_LocalTransformJob)
+    job.primary_container = {"Environment": {}}
+    return job._get_container_environment(MaxPayloadInMB=max_payload_mb, BatchStrategy="MultiRecord")
+
+
+def test_batch_transform_payload_size_is_read(sagemaker_model_dir):
+    """A job created with MaxPayloadInMB=12 sends mini-batches of up to 12 MB: the container takes them
+    (the core's default body limit is 8 MiB, which answered 413 to every such mini-batch)."""
+    env = _batch_transform_environment(12)
+    assert env["SAGEMAKER_MAX_PAYLOAD_IN_MB"] == "12" and env["SAGEMAKER_BATCH"] == "True"
+    record = orjson.dumps({"input": "x" * 200}) + b"\n"
+    body = record * (10 * 1024 * 1024 // len(record))  # 10 MiB of JSON Lines: over 8 MiB, under 12 MB
+    with sagemaker_process(sagemaker_model_dir, env) as (base, _proc):
+        reply = httpx.post(base + "/invocations", content=body, timeout=600, headers={
+            "Content-Type": "application/jsonlines", "Accept": "application/jsonlines",
+            ATTRS: "route=tokenize"})
+        assert reply.status_code != 413, reply.text[:300]
+        assert reply.status_code == 200, reply.text[:300]
+        assert int(reply.headers["x-tessera-records"]) == body.count(b"\n")
+        over = httpx.post(base + "/invocations", content=record * (13 * 1024 * 1024 // len(record)), timeout=600,
+                          headers={"Content-Type": "application/jsonlines", ATTRS: "route=tokenize"})
+        assert over.status_code == 413  # past what the job may send: still refused
+
+
+def test_payload_size_only_raises_the_body_limit():
+    from adapters.sagemaker.models import sagemaker_settings
+    from core.errors import ConfigError
+
+    assert sagemaker_settings({}).max_request_bytes == 8 * 1024 * 1024
+    assert sagemaker_settings({"SAGEMAKER_MAX_PAYLOAD_IN_MB": "6"}).max_request_bytes == 8 * 1024 * 1024
+    assert sagemaker_settings({"SAGEMAKER_MAX_PAYLOAD_IN_MB": "100"}).max_request_bytes == 100 * 1024 * 1024
+    with pytest.raises(ConfigError, match="SAGEMAKER_MAX_PAYLOAD_IN_MB"):
+        sagemaker_settings({"SAGEMAKER_MAX_PAYLOAD_IN_MB": "lots"})
+
+
+def test_request_deadline_lands_before_invoke_endpoints_timeout():
+    """InvokeEndpoint's own documentation (botocore's model of sagemaker-runtime): "A customer's model
+    containers must respond to requests within 60 seconds." A deadline of 60 s races SageMaker's; the
+    container's must come first, with time left to send its 504."""
+    import re
+
+    import botocore.session
+
+    from adapters.sagemaker.models import sagemaker_settings
+
+    doc = botocore.session.get_session().get_service_model("sagemaker-runtime").operation_model(
+        "InvokeEndpoint").documentation
+    limit = float(re.search(r"must respond to requests within (\d+) seconds", doc).group(1))
+    timeout = sagemaker_settings({}).request_timeout_s
+    assert timeout <= limit - 5, timeout
+    assert sagemaker_settings({"TESSERA_REQUEST_TIMEOUT_S": "20"}).request_timeout_s == 20  # still settable
+    # Batch Transform: the job's invocation timeout applies (ModelClientConfig.InvocationsTimeoutInSeconds,
+    # "The default value is 600" in botocore's model), and its responses have no 6 MB limit
+    batch = sagemaker_settings(_batch_transform_environment(6))
+    default = re.search(r"default value is (\d+)", botocore.session.get_session().get_service_model(
+        "sagemaker").shape_for("ModelClientConfig").members["InvocationsTimeoutInSeconds"].documentation)
+    assert batch.request_timeout_s <= float(default.group(1)) - 5 and batch.request_timeout_s > limit
+    assert batch.sagemaker_max_response_bytes == 0

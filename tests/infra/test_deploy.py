@@ -448,14 +448,18 @@ def _transform_params(model: str) -> dict:
     return {"TransformJobName": "embed-corpus", "ModelName": model, "MaxConcurrentTransforms": 2,
             "MaxPayloadInMB": 6, "BatchStrategy": "MultiRecord",
             "ModelClientConfig": {"InvocationsTimeoutInSeconds": 600, "InvocationsMaxRetries": 1},
-            "Environment": {"TESSERA_SAGEMAKER_MAX_RESPONSE_BYTES": "0", "TESSERA_SAGEMAKER_ROUTE": "embeddings"},
+            "Environment": {"TESSERA_SAGEMAKER_MAX_RESPONSE_BYTES": "0", "TESSERA_REQUEST_TIMEOUT_S": "595",
+                            "TESSERA_SAGEMAKER_ROUTE": "embeddings"},
             "TransformInput": {"DataSource": {"S3DataSource": {"S3DataType": "S3Prefix",
                                                                "S3Uri": "s3://my-data/docs/"}},
                                "ContentType": "application/jsonlines", "CompressionType": "None",
                                "SplitType": "Line"},
             "TransformOutput": {"S3OutputPath": "s3://my-data/embeddings/", "Accept": "application/jsonlines",
                                 "AssembleWith": "Line"},
-            "TransformResources": {"InstanceType": "ml.g6.xlarge", "InstanceCount": 3},
+            # Batch Transform's default GPU driver is 470 (AWS, inference-gpu-drivers), which cannot run the
+            # CUDA 13 image; 535 runs it through the image's forward-compatibility libraries
+            "TransformResources": {"InstanceType": "ml.g6.xlarge", "InstanceCount": 3,
+                                   "TransformAmiVersion": "al2-ami-sagemaker-batch-gpu-535"},
             "Tags": [{"Key": "project", "Value": "tessera"}]}
 
 
@@ -511,8 +515,9 @@ def test_transform_failure_and_dry_run(deploy, clients, sdk, capsys, monkeypatch
     session, sm = sdk
     arn = "arn:aws:sagemaker:us-east-1:123456789012:transform-job/j"
     params = {**_transform_params("m"), "TransformJobName": "j", "TransformResources": {
-        "InstanceType": "ml.g6.xlarge", "InstanceCount": 1}, "DataProcessing": {"JoinSource": "Input"}}
-    params["Environment"] = {"TESSERA_SAGEMAKER_MAX_RESPONSE_BYTES": "0"}
+        "InstanceType": "ml.g6.xlarge", "InstanceCount": 1, "TransformAmiVersion": "al2-ami-sagemaker-batch-gpu-535"},
+        "DataProcessing": {"JoinSource": "Input"}}
+    params["Environment"] = {"TESSERA_SAGEMAKER_MAX_RESPONSE_BYTES": "0", "TESSERA_REQUEST_TIMEOUT_S": "595"}
     with Stubber(sm) as stub:
         stub.add_response("create_transform_job", {"TransformJobArn": arn}, params)
         stub.add_response("describe_transform_job", {
@@ -538,7 +543,7 @@ def test_transform_failure_and_dry_run(deploy, clients, sdk, capsys, monkeypatch
     create = json.loads(out.getvalue().splitlines()[1].split("(", 1)[1].rstrip(")"))
     assert create["ModelName"] == "<Outputs.ModelName>" and create["TransformInput"]["SplitType"] == "Line"
     for argv, message in ((["--input", "my-data/docs"], "--input must be an s3://"),
-                          (["--input", "s3://my-data/d/", "--max-payload-mb", "50"], "--max-payload-mb must be 1..8")):
+                          (["--input", "s3://my-data/d/", "--max-payload-mb", "150"], "--max-payload-mb must be 1..100")):
         assert deploy.main(["transform", "--output", "s3://my-data/o/", *argv, "--dry-run"], out=io.StringIO()) == 1
         assert message in capsys.readouterr().err
 

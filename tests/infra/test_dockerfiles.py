@@ -245,6 +245,18 @@ def test_sagemaker_labels_and_environment(dockerfile):
     assert "EXPOSE 8080" in text
 
 
+def test_cuda_image_asks_the_nvidia_runtime_for_the_gpus():
+    """The CUDA image is python:3.11-slim, not an nvidia/cuda image, so it inherits none of their variables.
+    NVIDIA's nvidia/cuda base images (gitlab.com/nvidia/container-images/cuda, the base Dockerfiles) set
+    NVIDIA_VISIBLE_DEVICES=all and NVIDIA_DRIVER_CAPABILITIES=compute,utility; the NVIDIA Container Toolkit
+    (its "environment variables (OCI spec)" documentation) exposes no GPU to a container where
+    NVIDIA_VISIBLE_DEVICES is unset, and mounts only the driver libraries of the capabilities listed:
+    compute for CUDA, utility for nvidia-smi/NVML."""
+    image, _ = docker_run_serve(ROOT / "adapters/sagemaker/Dockerfile.cuda")
+    assert image.env.get("NVIDIA_VISIBLE_DEVICES") == "all"
+    assert {"compute", "utility"} <= set(image.env.get("NVIDIA_DRIVER_CAPABILITIES", "").split(","))
+
+
 def test_neuron_header_describes_the_backend_that_exists():
     header = (ROOT / "adapters/sagemaker/Dockerfile.neuron").read_text().split("\nARG ", 1)[0]
     assert "not on this branch" not in header and "FUTURE WORK" not in header
@@ -302,6 +314,81 @@ def test_entrypoint_execs_the_command_with_the_path(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[1].split(":")[0] == str(compat_dir)
     assert "host driver 535.183.1 < compat driver 580.95.5" in done.stderr
+
+
+# The host driver against the image's CUDA 13 build. Sources: AWS, "Best practices to minimize
+# interruptions during GPU driver upgrades" (inference-gpu-drivers: real-time hosts run driver 470 on
+# ml.g5/g4dn/p4d, 535 on ml.g6/p5, 550 on ml.p5e/p5en by default); NVIDIA, CUDA Toolkit release notes (CUDA
+# 13.x needs driver >= 580) and "Supported Drivers and CUDA Toolkit Versions" (below R580 only R535 and R570
+# are supported; R575, R565, R560, R550, R470 are end of life, so NVIDIA's forward compatibility does not
+# cover them). The build's CUDA version is read from torch/version.py, as in the image.
+
+def _torch_build(tmp_path: Path, cuda: str | None) -> Path:
+    site = tmp_path / "fake" / "site-packages"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "version.py").write_text(
+        "from typing import Optional\n__version__ = '2.13.0'\n"
+        f"cuda: Optional[str] = {cuda!r}\n")
+    return site
+
+
+@pytest.mark.parametrize("host, how", [
+    ("470.256.02", "refused"),     # ml.g5's default driver
+    ("550.163.01", "refused"),     # ml.p5e's default, al2-ami-sagemaker-inference-gpu-3-1
+    ("575.57.08", "refused"),      # a new-feature branch: no forward compatibility
+    ("535.247.01", "compat"),      # ml.g6's default, al2-ami-sagemaker-inference-gpu-2(-1)
+    ("570.172.08", "compat"),
+    ("580.65.06", "native"),       # al2023-ami-sagemaker-inference-gpu-4-1; the same branch as the compat driver
+    ("590.44.01", "native"),
+])
+def test_driver_branches_the_cuda13_image_runs_on(tmp_path, host, how):
+    from adapters.sagemaker.cuda_compat import DriverRefused, library_path
+
+    compat_dir, version_file = _fake_host(tmp_path, host, "580.95.05")
+    site = _torch_build(tmp_path, "13.0")
+    try:
+        path, reason = library_path({}, compat_dir=compat_dir, version_file=version_file, site_packages=[site])
+    except DriverRefused as exc:
+        assert how == "refused", str(exc)
+        message = str(exc)
+        assert f"NVIDIA driver {'.'.join(str(int(p)) for p in host.split('.'))}" in message
+        assert "torch CUDA build 13.0" in message
+        # the fix, named: the AMI version whose driver runs the image, and where to set it
+        assert "InferenceAmiVersion=al2023-ami-sagemaker-inference-gpu-4-1" in message
+        assert "infra/sagemaker/endpoint.yaml" in message
+        return
+    assert how != "refused", reason
+    assert (path.split(":")[0] == str(compat_dir)) is (how == "compat"), reason
+    assert "torch CUDA build 13.0" in reason
+
+
+def test_a_driver_without_the_compat_package_is_refused(tmp_path):
+    from adapters.sagemaker.cuda_compat import DriverRefused, library_path
+
+    compat_dir, version_file = _fake_host(tmp_path, "535.247.01", None)
+    with pytest.raises(DriverRefused, match="no forward-compatibility libraries"):
+        library_path({}, compat_dir=compat_dir, version_file=version_file,
+                     site_packages=[_torch_build(tmp_path, "13.0")])
+    # a CPU build of torch needs no driver: nothing to refuse
+    cpu = tmp_path / "cpu"
+    cpu.mkdir()
+    path, reason = library_path({}, compat_dir=compat_dir, version_file=version_file,
+                                site_packages=[_torch_build(cpu, None)])
+    assert "torch CUDA build none" in reason
+
+
+def test_entrypoint_stops_at_once_on_a_driver_that_cannot_run_the_image(tmp_path):
+    """The real entrypoint on ml.g5's default driver (470): it exits 1 before exec'ing the command, with
+    the driver, the build and the fix in its log, instead of starting a server whose /ping stays 503."""
+    compat_dir, version_file = _fake_host(tmp_path, "470.256.02", "580.95.05")
+    site = _torch_build(tmp_path, "13.0")
+    env = {**os.environ, "TESSERA_CUDA_COMPAT_DIR": str(compat_dir), "TESSERA_NVIDIA_VERSION_FILE": str(version_file),
+           "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
+    done = subprocess.run([sys.executable, str(ROOT / "adapters/sagemaker/entrypoint"), "sh", "-c", "echo ran"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "ran" not in done.stdout
+    assert "NVIDIA driver 470.256.2, torch CUDA build 13.0: refused" in done.stderr
+    assert "al2023-ami-sagemaker-inference-gpu-4-1" in done.stderr
 
 
 # --- the Lambda image: what the base image's runtime client would import -----------------------------------

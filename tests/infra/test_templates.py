@@ -271,6 +271,49 @@ def test_sagemaker_inference_component_mode_scales_to_zero(sm):
         "MinInstances must be at least 1."]
 
 
+def _ami_driver_branches() -> dict[str, int]:
+    """NVIDIA driver branch of each InferenceAmiVersion, read from AWS's own API model (botocore's
+    ProductionVariant.InferenceAmiVersion documentation: "al2023-ami-sagemaker-inference-gpu-4-1 ...
+    NVIDIA driver version: 580 ... CUDA version: 13.0")."""
+    import re
+
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    text = re.sub(r"<[^>]+>", " ", model.shape_for("ProductionVariant").members["InferenceAmiVersion"].documentation)
+    found = re.findall(r"(al2\S*-ami-sagemaker-inference-gpu[\w-]*)\s+Accelerator: GPU\s+NVIDIA driver version: (\d+)",
+                       text)
+    assert found, "botocore's InferenceAmiVersion documentation changed shape"
+    return {name: int(branch) for name, branch in found}
+
+
+def test_sagemaker_cuda_defaults_run_the_cuda13_image(sm):
+    """The default host runs the CUDA image: real-time GPU hosts default to driver 470 (ml.g5) or 535 (ml.g6)
+    (AWS, "Best practices to minimize interruptions during GPU driver upgrades"), and the image's CUDA 13
+    build needs 580 (core.cuda_driver.MIN_DRIVER_BRANCH); so the template names an InferenceAmiVersion
+    whose driver AWS documents as >= 580, and puts it on the production variant."""
+    import botocore.session
+
+    from core.cuda_driver import MIN_DRIVER_BRANCH
+
+    params = sm["Parameters"]
+    ami = params["InferenceAmiVersion"]["Default"]
+    assert _ami_driver_branches()[ami] >= MIN_DRIVER_BRANCH[13]
+    enum = botocore.session.get_session().get_service_model("sagemaker").shape_for(
+        "ProductionVariantInferenceAmiVersion").enum
+    assert {v for v in params["InferenceAmiVersion"]["AllowedValues"] if v} <= set(enum)
+    assert not params["InstanceType"]["Default"].startswith("ml.g5.")
+    variant = sm["Resources"]["EndpointConfig"]["Properties"]["ProductionVariants"][0]
+    assert variant["InferenceAmiVersion"] == {"Fn::If": ["HasAmiVersion", {"Ref": "InferenceAmiVersion"},
+                                                         {"Ref": "AWS::NoValue"}]}
+    for path in PARAM_FILES:  # the CUDA parameter sets keep a driver that runs the image; inf2 takes AWS's default
+        given = read_params(path)
+        if given["ImageTag"] == "cuda":
+            assert _ami_driver_branches()[given.get("InferenceAmiVersion", ami)] >= MIN_DRIVER_BRANCH[13], path.name
+        else:
+            assert given["InferenceAmiVersion"] == "", path.name
+
+
 @pytest.mark.parametrize("path", PARAM_FILES, ids=lambda p: p.name)
 def test_parameter_files_satisfy_the_template(sm, path):
     params = read_params(path)
