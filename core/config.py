@@ -317,6 +317,16 @@ class Settings(BaseSettings):
         "(JSON list, e.g. [\"127.0.0.1/32\"])",
     )
 
+    # the embedding cache (core/cache; docs/configuration.md#the-embedding-cache)
+    embedding_cache: str = Field(
+        default="off", description="cache of finished text embeddings, keyed by the served model's identity, "
+        "every option that changes a vector and the text: off | memory (this process, bounded by "
+        "embedding_cache_bytes) | a redis:// or rediss:// URL (one cache shared by every replica; needs the "
+        "[redis] extra). A hit reveals, by its speed, that the text was embedded before (docs/configuration.md)")
+    embedding_cache_bytes: int = Field(
+        default=256 * 1024 * 1024, gt=0, description="embedding_cache: memory: bytes of vectors kept (least "
+        "recently used first out)")
+
     # operations (docs/operations.md)
     log_format: Literal["text", "json"] = Field(
         default="text", description="log lines as text, or one JSON object per line (uvicorn's own lines too)")
@@ -353,6 +363,16 @@ class Settings(BaseSettings):
                 origin = f"{scheme.lower()}://{rest.lower()}"
             normal.append(origin)
         return normal
+
+    @field_validator("embedding_cache")
+    @classmethod
+    def _cache_kind(cls, value: str) -> str:
+        text = value.strip()
+        if text.lower() in ("off", "memory"):
+            return text.lower()
+        if text.split("://", 1)[0].lower() in ("redis", "rediss", "unix") and "://" in text:
+            return text
+        raise ValueError("expected off, memory, or a redis:// (rediss://, unix://) URL")
 
     @field_validator("root_path", "url_prefix")
     @classmethod

@@ -49,6 +49,7 @@ class AsyncEngine:
     async def __aexit__(self, *exc_info: Any) -> None:
         if self._owns_registry:
             await self._registry.stop(drain=True, timeout=self.settings.shutdown_grace_s)
+        await self._serving.close()
 
     @property
     def models(self) -> list[str]:

@@ -59,6 +59,13 @@ class Metrics:
             "tessera_model_load_failures", "models that failed to load at start-up", ["model"], registry=r
         )
         self.models_loaded = Gauge("tessera_models_loaded", "models loaded and serving", registry=r)
+        # the embedding cache (core/cache)
+        self.cache_hits = Counter("tessera_embedding_cache_hits", "inputs answered by the embedding cache",
+                                  ["model"], registry=r)
+        self.cache_misses = Counter("tessera_embedding_cache_misses", "distinct inputs the embedding cache did not "
+                                    "hold (computed, then stored)", ["model"], registry=r)
+        self.cache_errors = Counter("tessera_embedding_cache_errors", "embedding cache operations that failed "
+                                    "(the request was served without the cache)", ["op"], registry=r)
 
     @contextmanager
     def muted(self) -> Iterator[None]:

@@ -21,6 +21,9 @@ class RequestRecord:
     error_code: str | None = None
     #: why the request was refused before any work, when the refusal says more than its code
     reason: str | None = None
+    #: inputs answered by the embedding cache, and those it did not hold (None: the cache was not asked)
+    cache_hits: int | None = None
+    cache_misses: int | None = None
 
 
 current: ContextVar[RequestRecord | None] = ContextVar("tessera_request", default=None)
@@ -34,6 +37,14 @@ def note_work(model: str, inputs: int, tokens: int) -> None:
             record.model = model
         record.inputs += inputs
         record.tokens += tokens
+
+
+def note_cache(hits: int, misses: int) -> None:
+    """The embedding cache answered ``hits`` inputs of the current request and lacked ``misses``."""
+    record = current.get()
+    if record is not None:
+        record.cache_hits = (record.cache_hits or 0) + hits
+        record.cache_misses = (record.cache_misses or 0) + misses
 
 
 def note_error(code: str) -> None:

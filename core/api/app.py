@@ -238,6 +238,7 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
             # the grace counts from SIGTERM: what the connections used of it, the batchers do not get again
             left = grace if not term_at else max(0.0, term_at[0] + grace - time.monotonic())
             await app.state.registry.stop(drain=left > 0, timeout=left)
+            await app.state.serving.close()
             tracer.shutdown()
 
     app = FastAPI(
@@ -252,7 +253,7 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
     app.state.metrics = metrics
     app.state.draining = False
     #: what the routes call: request → engine → result (reads the registry the lifespan loads)
-    app.state.serving = Serving(settings, lambda: app.state.registry)
+    app.state.serving = Serving(settings, lambda: app.state.registry, metrics=metrics)
     app.include_router(router)
 
     @app.exception_handler(TesseraError)

@@ -108,6 +108,8 @@ class Observability:
         }
         if record.error_code:
             fields["error"] = record.error_code
+        if record.cache_hits is not None:
+            fields["cache_hits"], fields["cache_misses"] = record.cache_hits, record.cache_misses
         access_log.info("%s %s %s", scope.get("method"), route, status or "-", extra={"fields": fields})
 
 

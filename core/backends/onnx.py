@@ -139,6 +139,11 @@ class OnnxBackend(Backend):
         return {name: out if out.dtype == np.float32 else out.astype(np.float32)
                 for name, out in zip(self._outputs, results)}
 
+    @property
+    def served_file(self) -> Path | None:
+        """The graph this backend runs (part of the model's identity in the embedding cache, core/cache)."""
+        return self._onnx_file
+
     def describe(self) -> dict:
         return {"backend": self.name, "device": self._device, "dtype": self._dtype,
                 "file": self._onnx_file.name if self._onnx_file else None, "lanes": self.lanes,

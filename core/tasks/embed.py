@@ -46,6 +46,9 @@ class EmbedResult:
     #: float32 (n, d); multi-vector models (late interaction, ColPali): a list of n arrays (tokens_i, d)
     vectors: np.ndarray | list[np.ndarray]
     prompt_tokens: int
+    #: tokens per input (chunked: its windows' together), where each input has one vector of its own
+    #: (the embedding cache stores them with the vectors); None where inputs share items (late chunking)
+    input_tokens: list[int] | None = None
 
 
 class EmbedTask(TextTask):
@@ -174,10 +177,13 @@ class EmbedTask(TextTask):
             results = list(chunking.finish_late(self, items, results))
         vectors = np.stack(results) if results else np.zeros((0, self.dimension or 0), np.float32)
         vectors = self.shape(vectors, request)
+        costs = [it.cost for it in items]
         if request.chunking is not None:  # windows → one vector per text
             normalize = self.pipeline.normalize if request.normalize is None else request.normalize
             vectors = chunking.finish_chunked(request, items, vectors, normalize)
-        return EmbedResult(vectors, sum(it.cost for it in items))
+            per_input = np.bincount([it.text for it in items], weights=costs, minlength=len(vectors))
+            return EmbedResult(vectors, sum(costs), [int(n) for n in per_input])
+        return EmbedResult(vectors, sum(costs), None if request.late_chunking is not None else costs)
 
     def shape(self, vectors: np.ndarray, request: EmbedRequest) -> np.ndarray:
         normalize = self.pipeline.normalize if request.normalize is None else request.normalize

@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from core.cache import EmbeddingCache, build_cache
 from core.config import Settings
 from core.engine import Engine, Registry
 from core.errors import NotReady
+from core.metrics import Metrics
 from core.quantize import Calibration
 
 
@@ -27,9 +29,13 @@ class Serving:
     """One per app (or per in-process surface). The registry is read through ``registry_source`` because
     an app's lifespan loads the models after the app is built."""
 
-    def __init__(self, settings: Settings, registry_source: Callable[[], Registry | None]):
+    def __init__(self, settings: Settings, registry_source: Callable[[], Registry | None], *,
+                 metrics: Metrics | None = None, embedding_cache: EmbeddingCache | None = None):
+        """``embedding_cache``: one given (shared with another surface); else ``settings.embedding_cache``'s."""
         self.settings = settings
         self._registry_source = registry_source
+        #: finished text embeddings by model identity, options and text (core/cache; None: off)
+        self.embedding_cache = embedding_cache if embedding_cache is not None else build_cache(settings, metrics)
         #: served name → the model's int8/uint8 calibration (core/quantize.py), embedded on first use
         self._calibrations: dict[str, Calibration] = {}
 
@@ -54,3 +60,8 @@ class Serving:
         if known is None:
             known = self._calibrations.setdefault(engine.name, Calibration())
         return known
+
+    async def close(self) -> None:
+        """Let go of what the surface holds beyond the registry (the embedding cache's connections)."""
+        if self.embedding_cache is not None:
+            await self.embedding_cache.close()

@@ -10,6 +10,7 @@ import numpy as np
 
 from core.api.serving.context import Served, Serving
 from core.api.serving.inputs import embedding_input, media_refs, not_empty, truncation_direction
+from core.cache import cacheable
 from core.config import Settings
 from core.engine import Engine
 from core.errors import InvalidInput
@@ -49,7 +50,11 @@ async def embed(serving: Serving, model: str | None, value: Any, *, deadline: fl
     engine = serving.engine(model, "embeddings")
     task_request = embed_request(serving.settings, value, deadline=deadline, **options)
     task_request.truncation_direction = truncation_direction(direction, engine.task)
-    result = await engine(task_request, deadline=deadline)
+    cache = serving.embedding_cache
+    if cache is not None and cacheable(engine, task_request):
+        result = await cache.embed(engine, task_request, deadline=deadline)
+    else:
+        result = await engine(task_request, deadline=deadline)
     embedding_type = embedding_type or engine.spec.embedding_dtype
     if embedding_type != "float":
         vectors = await quantized(serving, engine, task_request, result.vectors, embedding_type, deadline)
