@@ -22,7 +22,7 @@ import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from core.backends.heads import get_head, is_feed_forward
+from core.backends.heads import get_head, is_feed_forward, load_head_class
 from core.convert.files import copy_model_files
 from core.convert.fusion import optimize_transformer
 from core.errors import require
@@ -37,8 +37,7 @@ def load_head_model(src: Path, head_name: str):
     """The folder's model for a head of ``core/backends/heads.py`` (its transformers class), fp32, eval mode,
     eager attention (the attention the exported graph traces)."""
     torch = require("torch", "export")
-    transformers = require("transformers", "export")
-    auto = getattr(transformers, get_head(head_name).auto_class)
+    auto = load_head_class(src, head_name, "export")
     model = auto.from_pretrained(str(src), dtype=torch.float32, attn_implementation="eager")
     model.eval()  # dropout must not land in the graph
     return model
