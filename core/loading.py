@@ -231,6 +231,32 @@ def detect_task(info: ModelInfo) -> str:
     return "embed"
 
 
+# --- models that run their own code (config.json ``auto_map``) ---
+
+#: beside a converted artifact (``onnx/``, ``ct2/``): which code the converter loaded and the artifacts that
+#: matched it (worst cosine against the model as that code computes it)
+PARITY_RECORD = "parity.json"
+
+
+def custom_code(config: dict[str, Any]) -> str | None:
+    """The model's own code a ``config.json`` names (``auto_map``), e.g. ``AutoModel → modeling_lora.XLMRobertaLoRA``,
+    or None for a model transformers' built-in classes run."""
+    auto_map = config.get("auto_map") or {}
+    if not auto_map:
+        return None
+    key = "AutoModel" if "AutoModel" in auto_map else next(iter(auto_map))
+    target = auto_map[key]
+    return f"{key} → {target[0] if isinstance(target, (list, tuple)) else target}"
+
+
+def checked_with_own_code(artifact: Path) -> bool:
+    """Whether a converted artifact (``onnx/model.onnx``, ``ct2/model.bin``) was converted from the model's own
+    code and matched it: its folder's ``parity.json`` (written by ``scripts/export_onnx.py --trust-remote-code``
+    and ``scripts/convert_ct2.py --trust-remote-code``) names that code and the artifact."""
+    record = _read_json(Path(artifact).parent / PARITY_RECORD)
+    return bool(record.get("own_code")) and Path(artifact).name in (record.get("checked") or {})
+
+
 # --- the ONNX graphs a folder (or a Hub repository) may carry ---
 
 #: the graphs a folder may carry per dtype, in the order they are looked for

@@ -82,7 +82,7 @@ def _splade(model: Any, feeds: dict) -> dict:
 @dataclass(frozen=True)
 class Head:
     name: str
-    auto_class: str  # transformers class name used by the torch backend
+    auto_class: str  # transformers class name used by the torch backend (see ``model_class_name``)
     outputs: tuple[str, ...]  # output names, the same on every backend (ONNX graphs are exported with them)
     call: Callable[[Any, dict], dict]  # torch: model, feeds → {output name: tensor}
     #: the feeds the call takes; None: those named in the model's forward signature (torch)
@@ -113,6 +113,53 @@ def get_head(name: str) -> Head:
     if name not in HEADS:
         raise InvalidInput(f"unknown model head {name!r}; known: {sorted(HEADS)}")
     return HEADS[name]
+
+
+#: encoder–decoder families whose encoder alone is an embedding model (sentence-t5, GTR): model_type → the
+#: transformers class of the encoder, as sentence-transformers loads it
+ENCODER_ONLY_CLASSES = {"t5": "T5EncoderModel", "mt5": "MT5EncoderModel", "umt5": "UMT5EncoderModel"}
+
+
+def model_class_name(head_name: str, config: dict) -> str:
+    """The transformers class a head loads for a folder's ``config.json``: the head's class, except that the
+    ``encoder`` head follows the model's ``architectures`` where ``AutoModel`` would build something else —
+    an encoder–decoder config (``model_type: t5``) gets its encoder-only class (``T5EncoderModel``: ``AutoModel``
+    is the whole encoder–decoder, whose forward needs decoder inputs). A model with its own code
+    (``auto_map``) keeps ``AutoModel``, which loads that code. Raises ``Unsupported`` for an encoder–decoder
+    family without an encoder-only class."""
+    head = get_head(head_name)
+    if head.name != "encoder" or "AutoModel" in (config.get("auto_map") or {}):
+        return head.auto_class
+    for arch in config.get("architectures") or ():
+        if arch in ENCODER_ONLY_CLASSES.values():
+            return arch
+    model_type = config.get("model_type")
+    if model_type in ENCODER_ONLY_CLASSES:
+        return ENCODER_ONLY_CLASSES[model_type]
+    if config.get("is_encoder_decoder"):
+        from core.errors import Unsupported
+
+        raise Unsupported(
+            f"model_type {model_type!r} is an encoder–decoder model (architectures {config.get('architectures')}); "
+            f"embeddings come from an encoder alone, and the encoder-only classes known here are those of "
+            f"{sorted(ENCODER_ONLY_CLASSES)} ({', '.join(sorted(ENCODER_ONLY_CLASSES.values()))}); save its "
+            "encoder as an encoder model (sentence-transformers does for T5) and serve that folder",
+            code="unsupported_architecture")
+    return head.auto_class
+
+
+def load_head_class(model_dir, head_name: str, extra: str):
+    """The transformers class (``model_class_name``) for the folder's ``config.json``; ``extra``: the
+    install extra named when transformers is missing."""
+    import json
+    from pathlib import Path
+
+    from core.errors import require
+
+    transformers = require("transformers", extra)
+    config_file = Path(model_dir) / "config.json"
+    config = json.loads(config_file.read_text()) if config_file.exists() else {}
+    return getattr(transformers, model_class_name(head_name, config))
 
 
 def is_feed_forward(name: str) -> bool:

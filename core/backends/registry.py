@@ -17,8 +17,9 @@ from pathlib import Path
 
 from core.backends.base import Backend
 from core.config import ModelSpec
-from core.errors import InvalidInput, MissingDependency, install_hint
-from core.loading import ONNX_DTYPE_ALIASES, ONNX_GRAPHS, onnx_graph_names
+from core.errors import InvalidInput, MissingDependency, Unsupported, install_hint
+from core.loading import (ONNX_DTYPE_ALIASES, ONNX_GRAPHS, PARITY_RECORD, checked_with_own_code, custom_code,
+                          onnx_graph_names)
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None =
                                f"{sorted([*ONNX_GRAPHS, *ONNX_DTYPE_ALIASES])}")
         if spec.backend == "onnx" and onnx_file_for(spec) is None:
             raise InvalidInput(missing_graph_message(spec))
+        check_own_code_artifact(spec)
         return Choice(spec.backend, "set in the model spec")
     kind = spec.device.partition(":")[0]
     if (spec.path / "neuron" / "manifest.json").exists() and kind != "cuda":
@@ -104,6 +106,9 @@ def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None =
         raise InvalidInput(f"model {spec.served_name!r}: device 'neuron' serves compiled Neuron buckets, and "
                            f"{spec.path} has none (no neuron/manifest.json); compile them with "
                            f"`python scripts/compile_neuron.py {spec.path} OUT` and serve OUT")
+    own_code = custom_code(_config(spec.path))
+    if own_code is not None:  # before the folder's artifacts: only those converted from its own code serve it
+        return _own_code_choice(spec, own_code)
     graph = onnx_file_for(spec)
     if graph is not None:
         shown = graph.relative_to(spec.path) if graph.is_relative_to(spec.path) else graph
@@ -153,6 +158,62 @@ def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None =
     how = "exported now" if cached.exported_now else "from the export cache"
     return Choice("onnx", f"ONNX Runtime on CPU, graph {how} ({cached.path.parent}), worst cosine vs torch "
                           f"{worst:.6f}", onnx_file=cached.path)
+
+
+def _config(folder: Path) -> dict:
+    import json
+
+    try:
+        return json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _ct2_model(folder: Path) -> Path | None:
+    for candidate in (Path(folder) / "ct2" / "model.bin", Path(folder) / "model.bin"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def check_own_code_artifact(spec: ModelSpec) -> None:
+    """``backend: onnx`` / ``ct2`` for a model with its own code (config ``auto_map``): the graph or the
+    CTranslate2 model must come from that code — recorded in the ``parity.json`` the converters write when run
+    with ``--trust-remote-code`` — or, for ONNX, be named by the spec's ``onnx_file`` (e.g. the model
+    publisher's own export). A conversion through transformers' built-in class of the model's ``model_type``
+    computes something else (jina-embeddings-v3 without its task adapters), so it is refused, never served."""
+    code = custom_code(_config(spec.path))
+    if code is None or spec.backend not in ("onnx", "ct2") or (spec.backend == "onnx" and spec.onnx_file is not None):
+        return
+    artifact = onnx_file_for(spec) if spec.backend == "onnx" else _ct2_model(spec.path)
+    if artifact is None or checked_with_own_code(artifact):
+        return  # none: the backend's own message names what is missing
+    script = "export_onnx.py" if spec.backend == "onnx" else "convert_ct2.py"
+    raise Unsupported(
+        f"model {spec.served_name!r} runs its own code ({code}), and {artifact} is not recorded as converted from "
+        f"that code (no {artifact.parent / PARITY_RECORD} naming it): a conversion through transformers' built-in "
+        f"class gives different vectors. Convert it with `python scripts/{script} {spec.path} OUT "
+        "--trust-remote-code` (checked against the model's own code) and serve OUT"
+        + (", name a graph made from the model's own code with onnx_file" if spec.backend == "onnx" else "")
+        + ", or serve it with backend torch", code="custom_code")
+
+
+def _own_code_choice(spec: ModelSpec, code: str) -> Choice:
+    """``auto`` for a model with its own code: an artifact converted from that code (``parity.json``) or named
+    by the spec, else torch (the export cache converts with transformers' built-in classes only)."""
+    graph = onnx_file_for(spec)
+    if graph is not None and (spec.onnx_file is not None or checked_with_own_code(graph)):
+        return Choice("onnx", f"the model runs its own code ({code}) and the folder's ONNX graph was exported from "
+                              f"it ({graph.name}, {PARITY_RECORD})")
+    ct2 = _ct2_model(spec.path)
+    if ct2 is not None and checked_with_own_code(ct2) and _has_ctranslate2():
+        return Choice("ct2", f"the model runs its own code ({code}) and the folder's CTranslate2 model matched it "
+                             f"({PARITY_RECORD})")
+    found = [p for p in (graph, ct2) if p is not None]
+    why = (f"{', '.join(str(p.relative_to(spec.path)) for p in found)} not recorded as converted from that code "
+           f"({PARITY_RECORD}), so not served" if found else "not exported (the export cache runs transformers' "
+           "built-in classes only)")
+    return Choice("torch", f"the model runs its own code ({code}, trust_remote_code): {why}")
 
 
 def _default_cache_dir() -> Path:

@@ -18,7 +18,7 @@ from typing import ClassVar, Mapping
 import numpy as np
 
 from core.backends.base import Backend
-from core.backends.heads import Head, get_head, is_feed_forward
+from core.backends.heads import Head, get_head, is_feed_forward, load_head_class
 from core.config import ModelSpec
 from core.errors import BackendFailure, InvalidInput, OutOfMemory, require
 from core.torch_thread import on_torch_thread
@@ -94,14 +94,13 @@ class TorchBackend(Backend):
 
     def _load(self, model_dir: Path, *, head: str, device: str, dtype: str, threads: int) -> None:
         torch = require("torch", "torch")
-        transformers = require("transformers", "torch")
         if dtype not in _DTYPES:
             raise InvalidInput(f"torch backend: dtype {dtype!r} not supported; use one of {sorted(_DTYPES)}")
         spec = get_head(head)
         self._dtype = _DTYPES[dtype]
         check_device(torch, device, self._dtype)
         torch.set_num_threads(threads)
-        auto = getattr(transformers, spec.auto_class)
+        auto = load_head_class(model_dir, head, "torch")
         load_dtype = torch.float32 if self._dtype == "int8" else getattr(torch, self._dtype)
         model = auto.from_pretrained(str(model_dir), dtype=load_dtype, trust_remote_code=self._trust_remote_code)
         model.eval()

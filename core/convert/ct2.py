@@ -17,15 +17,29 @@ from pathlib import Path
 
 from core.backends.ct2 import CT2_SUBDIR, check_architecture
 from core.convert.files import copy_model_files
-from core.errors import require
+from core.errors import Unsupported, require
+from core.loading import PARITY_RECORD, custom_code
 
 log = logging.getLogger(__name__)
 
 
-def convert_folder(src: Path, dst: Path, *, quantization: str | None = None, force: bool = True) -> Path:
-    """Write ``dst`` (may equal ``src``) with the model files and ``dst/ct2/``; returns ``dst``."""
+def convert_folder(src: Path, dst: Path, *, quantization: str | None = None, force: bool = True,
+                   trust_remote_code: bool = False) -> Path:
+    """Write ``dst`` (may equal ``src``) with the model files and ``dst/ct2/``; returns ``dst``.
+
+    A model with its own code (config ``auto_map``) is refused unless ``trust_remote_code``: CTranslate2 converts
+    transformers' built-in class of the ``model_type``, which may compute something else. With it, the converted
+    encoder is checked against the model as its own code computes it, and kept only if it matches
+    (``ct2/parity.json`` records that; the backend serves such a model only with it)."""
     src, dst = Path(src), Path(dst)
     config = json.loads((src / "config.json").read_text())
+    code = custom_code(config)
+    if code is not None and not trust_remote_code:
+        raise Unsupported(
+            f"{src}: config.json names the model's own code ({code}); CTranslate2 converts transformers' built-in "
+            f"{config.get('model_type')!r} class, which would drop what that code does and give different vectors. "
+            "Pass --trust-remote-code to convert it and keep the result only if it matches the model's own code, "
+            "or serve the folder with backend torch and trust_remote_code: true", code="custom_code")
     check_architecture(config, src)
     ctranslate2 = require("ctranslate2", "ct2")
     require("transformers", "ct2")
@@ -37,7 +51,38 @@ def convert_folder(src: Path, dst: Path, *, quantization: str | None = None, for
         converter = ctranslate2.converters.TransformersConverter(str(view), copy_files=_tokenizer_files(src))
         out = converter.convert(str(dst / CT2_SUBDIR), quantization=quantization, force=force)
     log.info("converted %s to %s", src, out)
+    if code is not None:
+        check_against_own_code(src, dst, code)
     return dst
+
+
+def check_against_own_code(src: Path, dst: Path, code: str) -> float:
+    """The converted encoder against the model loaded with its own code, on the export cache's probe texts;
+    below the parity gate the conversion is removed and ``Unsupported`` says why. Returns the worst cosine."""
+    import shutil
+
+    from core.backends.ct2 import CT2Backend
+    from core.convert.onnx_export import load_head_model
+    from core.export_cache import PARITY_MIN_COSINE, compare, probe_inputs, torch_outputs
+
+    feeds = probe_inputs(src, "encoder")
+    want = torch_outputs(load_head_model(src, "encoder", trust_remote_code=True), "encoder", feeds)
+    backend = CT2Backend()
+    backend.load(dst, head="encoder", device="cpu", dtype="float32", threads=1)
+    cosines, _ = compare(dict(backend.run(feeds)), want, feeds["attention_mask"])
+    worst = min(cosines.values())
+    if worst < PARITY_MIN_COSINE:
+        shutil.rmtree(dst / CT2_SUBDIR, ignore_errors=True)
+        raise Unsupported(
+            f"{src}: the model's own code ({code}) computes something CTranslate2's conversion of the built-in "
+            f"class does not (worst cosine {worst:.4f} against the model as its code runs it; needs "
+            f"{PARITY_MIN_COSINE}); the conversion was removed. Serve it with backend torch and trust_remote_code: "
+            "true, or export it to ONNX with `python scripts/export_onnx.py MODEL OUT --trust-remote-code`",
+            code="custom_code")
+    record = {"own_code": code, "checked": {"model.bin": round(worst, 7)}}
+    (dst / CT2_SUBDIR / PARITY_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+    log.info("checked against the model's own code: worst cosine %.6f", worst)
+    return worst
 
 
 @contextlib.contextmanager

@@ -22,10 +22,11 @@ import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from core.backends.heads import get_head, is_feed_forward
+from core.backends.heads import get_head, is_feed_forward, load_head_class
 from core.convert.files import copy_model_files
 from core.convert.fusion import optimize_transformer
-from core.errors import require
+from core.errors import Unsupported, require
+from core.loading import custom_code
 
 log = logging.getLogger(__name__)
 
@@ -33,22 +34,72 @@ log = logging.getLogger(__name__)
 EXPORTER_VERSION = "1"
 
 
-def load_head_model(src: Path, head_name: str):
+def load_head_model(src: Path, head_name: str, *, trust_remote_code: bool = False):
     """The folder's model for a head of ``core/backends/heads.py`` (its transformers class), fp32, eval mode,
-    eager attention (the attention the exported graph traces)."""
+    eager attention (the attention the exported graph traces). A model with its own code (config ``auto_map``)
+    is loaded with that code when ``trust_remote_code`` is set and refused otherwise: transformers' built-in
+    class of its ``model_type`` would compute something else (see ``refuse_custom_code``)."""
     torch = require("torch", "export")
-    transformers = require("transformers", "export")
-    auto = getattr(transformers, get_head(head_name).auto_class)
-    model = auto.from_pretrained(str(src), dtype=torch.float32, attn_implementation="eager")
+    config = model_config(src)
+    code = custom_code(config)
+    if code is not None and not trust_remote_code:
+        raise refuse_custom_code(src, config, code)
+    if code is None:
+        check_known_model_type(src, config)
+    auto = load_head_class(src, head_name, "export")
+    # the model's own code chooses its attention (it may not take transformers' implementations)
+    kwargs = {"trust_remote_code": True} if code else {"attn_implementation": "eager"}
+    try:
+        model = auto.from_pretrained(str(src), dtype=torch.float32, **kwargs)
+    except (OSError, ValueError, ImportError) as exc:
+        if code is None:
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise Unsupported(f"{src}: the model's own code ({code}) could not be loaded: {first}. Place the code it "
+                          "names in the folder (or fetch it from the Hub with the model), or serve the model with "
+                          "backend torch and trust_remote_code: true where its code can be loaded",
+                          code="custom_code") from exc
     model.eval()  # dropout must not land in the graph
     return model
 
 
-def export_head(src: Path, out_file: Path, head_name: str, *, opset: int = 17) -> None:
+def model_config(src: Path) -> dict:
+    config_file = Path(src) / "config.json"
+    return json.loads(config_file.read_text()) if config_file.exists() else {}
+
+
+def refuse_custom_code(src: Path, config: dict, code: str) -> Unsupported:
+    """The refusal for a model with its own code that the converter was not told to run: converting it with
+    transformers' built-in class of its ``model_type`` gives a different model (jina-embeddings-v3's task
+    adapters dropped), or fails (NomicBert: no such class)."""
+    model_type = config.get("model_type")
+    return Unsupported(
+        f"{src}: config.json names the model's own code ({code}); converting it with transformers' built-in "
+        f"{model_type!r} class would drop what that code does and give different vectors. Pass "
+        "--trust-remote-code to convert it with its own code (the result is checked against that code), or "
+        "serve the folder with backend torch and trust_remote_code: true", code="custom_code")
+
+
+def check_known_model_type(src: Path, config: dict) -> None:
+    """``Unsupported`` (not transformers' ValueError) for a ``model_type`` transformers has no class for."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    model_type = config.get("model_type")
+    if model_type and model_type not in CONFIG_MAPPING_NAMES:
+        import transformers
+
+        raise Unsupported(f"{src}: transformers {transformers.__version__} has no model_type {model_type!r} and "
+                          "config.json names no code of the model's own (auto_map); the converter cannot load it. "
+                          "Serve it with a backend that can (torch, with the model's code and "
+                          "trust_remote_code: true), or upgrade transformers", code="unsupported_architecture")
+
+
+def export_head(src: Path, out_file: Path, head_name: str, *, opset: int = 17, trust_remote_code: bool = False) -> None:
     """Export any head of ``core/backends/heads.py`` (its transformers class and torch call), with the head's
     output names, so the ONNX backend serves it: e.g. ``sequence-classification`` (rerank, classify) →
     ``logits``; ``splade`` → ``sparse_embedding`` (pooled in the graph)."""
-    export_model(load_head_model(src, head_name), out_file, head_name, opset=opset)
+    model = load_head_model(src, head_name, trust_remote_code=trust_remote_code)
+    export_model(model, out_file, head_name, opset=opset)
 
 
 def export_model(model, out_file: Path, head_name: str, *, opset: int = 17) -> None:
@@ -142,20 +193,24 @@ def _stage(what: str, out_file: Path):
 
 def export_folder(
     src: Path, dst: Path, *, optimize: bool = False, int8: tuple[str, ...] | bool = (), fp16: bool = False,
-    opset: int = 17, head: str | None = None,
+    opset: int = 17, head: str | None = None, trust_remote_code: bool = False,
 ) -> Path:
     """Write ``dst`` with ``onnx/model.onnx``; ``int8`` names the int8 flavours to add
     (``fast`` → ``onnx/model_int8.onnx``, ``accurate`` → ``onnx/model_int8_accurate.onnx``);
     ``fp16``: also ``onnx/model_fp16.onnx`` (fused, for the CUDA provider); ``optimize``: fuse the fp32
     graph as well (slower on CPU here, see the module doc); ``head``: which model head to export
-    (default: the head of the folder's detected task)."""
+    (default: the head of the folder's detected task); ``trust_remote_code``: a model with its own code
+    (config ``auto_map``) is exported with that code (refused without it, before anything is written)."""
     src, dst = Path(src), Path(dst)
+    config = model_config(src)
+    if custom_code(config) is not None and not trust_remote_code:
+        raise refuse_custom_code(src, config, custom_code(config))
     dst.mkdir(parents=True, exist_ok=True)
     copy_model_files(src, dst)
     onnx_file = dst / "onnx" / "model.onnx"
     head = head or head_for_folder(src)
     with _stage(f"export ({head} head, fp32)", onnx_file):
-        export_head(src, onnx_file, head, opset=opset)
+        export_head(src, onnx_file, head, opset=opset, trust_remote_code=trust_remote_code)
     st_config = dst / "config_sentence_transformers.json"
     if head == "causal-lm" and not st_config.exists():  # an LLM reranker stays one, whatever the folder's name
         st_config.write_text(json.dumps({"model_type": "CrossEncoder"}, indent=2) + "\n")

@@ -1,0 +1,149 @@
+"""Tiny model folders of the families users bring, saved the way their published repositories are: built
+from a config with transformers, written by sentence-transformers' ``save`` (or ``save_pretrained``), with
+the real all-MiniLM-L6-v2 tokenizer where the family's own tokenizer does not matter to the numbers.
+Builders take the output folder (see ``tests/support/cache.py`` ``cached_build``)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from tests.support.text_models import _copy_tokenizer
+
+#: prompts saved in config_sentence_transformers.json (a query prompt and an empty document prompt)
+PROMPTS = {"query": "query: ", "document": ""}
+
+
+def _dense(torch, models, in_features: int, out_features: int, *, bias: bool, activation):
+    dense = models.Dense(in_features, out_features, bias=bias, activation_function=activation)
+    with torch.no_grad():  # a wide init, so the projection changes the vectors clearly
+        dense.linear.weight.normal_(0, 1.5 / in_features ** 0.5)
+    return dense
+
+
+# --- T5 encoders (sentence-t5 / GTR layout) -----------------------------------------------------------------
+
+def build_t5_encoder(minilm: Path, out: Path) -> None:
+    """sentence-t5 / GTR: a T5 encoder (``T5EncoderModel``, config ``model_type: t5``) → mean Pooling → Dense
+    (no bias, Identity) → Normalize, saved by sentence-transformers, with a query prompt."""
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import T5Config, T5EncoderModel
+
+    torch.manual_seed(41)
+    with tempfile.TemporaryDirectory() as tmp:
+        hf = Path(tmp)
+        config = T5Config(vocab_size=30522, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                          relative_attention_num_buckets=8, relative_attention_max_distance=32,
+                          pad_token_id=0, eos_token_id=102, decoder_start_token_id=0, initializer_factor=1.0)
+        T5EncoderModel(config).eval().save_pretrained(hf)
+        _copy_tokenizer(minilm, hf)
+        transformer = models.Transformer(str(hf), max_seq_length=128)
+        dense = _dense(torch, models, 32, 24, bias=False, activation=torch.nn.Identity())
+        st = SentenceTransformer(modules=[transformer, models.Pooling(32, pooling_mode="mean"), dense,
+                                          models.Normalize()], device="cpu")
+        st.prompts = dict(PROMPTS)
+        st.save(str(out))
+
+
+# --- custom code (jina-embeddings-v3 layout: built-in model_type xlm-roberta, auto_map to its own code) -------
+
+#: jina-embeddings-v3's LoRA tasks, in its config's order (``lora_adaptations``)
+JINA_TASKS = ["retrieval.query", "retrieval.passage", "separation", "classification", "text-matching"]
+#: its task prompts (config_sentence_transformers.json), shortened
+JINA_PROMPTS = {"retrieval.query": "Represent the query: ", "retrieval.passage": "Represent the document: ",
+                "separation": "", "classification": "", "text-matching": ""}
+
+#: the model's own code, as jina-embeddings-v3 ships it in spirit: an XLM-R encoder whose output passes a
+#: low-rank adapter per task, chosen per row by ``adapter_mask`` (task indices; the default task when absent)
+JINA_STYLE_CODE = '''\
+import torch
+from torch import nn
+from transformers import XLMRobertaConfig, XLMRobertaModel, XLMRobertaPreTrainedModel
+from transformers.modeling_outputs import BaseModelOutput
+
+
+class LoRAXLMRoberta(XLMRobertaPreTrainedModel):
+    config_class = XLMRobertaConfig
+    base_model_prefix = "roberta"
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.roberta = XLMRobertaModel(config, add_pooling_layer=False)
+        tasks, rank, hidden = len(config.lora_adaptations), config.lora_rank, config.hidden_size
+        self.lora_A = nn.Parameter(torch.zeros(tasks, hidden, rank))
+        self.lora_B = nn.Parameter(torch.zeros(tasks, rank, hidden))
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, adapter_mask=None, **kwargs):
+        hidden = self.roberta(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        if adapter_mask is None:
+            default = self.config.lora_adaptations.index(self.config.default_lora_task)
+            adapter_mask = torch.full((hidden.shape[0],), default, dtype=torch.long, device=hidden.device)
+        a, b = self.lora_A[adapter_mask], self.lora_B[adapter_mask]
+        return BaseModelOutput(last_hidden_state=hidden + torch.tanh(hidden @ a) @ b)
+'''
+
+
+def _import_file(path: Path, name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_jina_style(minilm: Path, out: Path) -> None:
+    """A tiny XLM-R whose config.json keeps ``model_type: xlm-roberta`` and maps ``AutoModel`` to its own code
+    (``modeling_lora.LoRAXLMRoberta``, written beside it), with task adapters that change every vector; saved
+    by sentence-transformers (Transformer → mean Pooling → Normalize) with task prompts."""
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import XLMRobertaConfig
+
+    with tempfile.TemporaryDirectory() as tmp:
+        hf = Path(tmp)
+        (hf / "modeling_lora.py").write_text(JINA_STYLE_CODE)
+        code = _import_file(hf / "modeling_lora.py", "tessera_test_modeling_lora")
+        config = XLMRobertaConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=64, max_position_embeddings=514, pad_token_id=1,
+                                  bos_token_id=101, eos_token_id=102, type_vocab_size=1, initializer_range=0.2,
+                                  lora_adaptations=JINA_TASKS, lora_rank=4, default_lora_task="text-matching")
+        config.auto_map = {"AutoModel": "modeling_lora.LoRAXLMRoberta"}
+        torch.manual_seed(51)
+        model = code.LoRAXLMRoberta(config).eval()
+        with torch.no_grad():
+            model.lora_A.normal_(0, 0.6)
+            model.lora_B.normal_(0, 0.6)
+        model.save_pretrained(hf)
+        _copy_tokenizer(minilm, hf)
+        transformer = models.Transformer(str(hf), max_seq_length=128, model_kwargs={"trust_remote_code": True},
+                                         config_kwargs={"trust_remote_code": True})
+        assert type(transformer.auto_model).__name__ == "LoRAXLMRoberta"
+        st = SentenceTransformer(modules=[transformer, models.Pooling(32, pooling_mode="mean"), models.Normalize()],
+                                 device="cpu")
+        st.prompts = dict(JINA_PROMPTS)
+        st.save(str(out))
+    if not (out / "modeling_lora.py").exists():  # the code travels with the model, as in its repository
+        (out / "modeling_lora.py").write_text(JINA_STYLE_CODE)
+    import json
+
+    config = json.loads((out / "config.json").read_text())
+    config["architectures"] = ["XLMRobertaModel"]  # as jina-embeddings-v3's config says
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+
+
+def build_nomic_style(minilm: Path, out: Path) -> None:
+    """NomicBert's layout: ``model_type: nomic_bert`` (no transformers class) with ``auto_map`` naming code in
+    another Hub repository (``nomic-ai/nomic-bert-2048--…``), which an offline machine does not have."""
+    import json
+
+    from tests.support.text_models import build_tiny_bert
+
+    build_tiny_bert(minilm, out)
+    config = json.loads((out / "config.json").read_text())
+    config.update(model_type="nomic_bert", architectures=["NomicBertModel"], auto_map={
+        "AutoConfig": "nomic-ai/nomic-bert-2048--configuration_hf_nomic_bert.NomicBertConfig",
+        "AutoModel": "nomic-ai/nomic-bert-2048--modeling_hf_nomic_bert.NomicBertModel"})
+    (out / "config.json").write_text(json.dumps(config, indent=2))
