@@ -282,7 +282,9 @@ class Settings(BaseSettings):
     api_keys_file: Path | None = Field(
         default=None, description="file with more API keys, one per line (e.g. a mounted secret)"
     )
-    metrics_public: bool = Field(default=False, description="serve /metrics without an API key")
+    metrics_public: bool = Field(default=False, description="serve /metrics without an API key (with API keys set)")
+    docs_public: bool = Field(default=False, description="serve /docs, /redoc, /openapi.json and their assets "
+                              "without an API key (with API keys set; /health and /ready always are)")
     max_inflight_requests: int = Field(default=512, gt=0, description="requests in progress before 429")
     max_tokens_per_request: int = Field(default=262_144, gt=0, description="tokens in one request (413)")
     allow_degraded: bool = Field(
