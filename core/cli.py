@@ -14,6 +14,7 @@ import os
 import re
 import sys
 
+from core import cli_compat
 from core.backends.registry import BACKENDS
 from core.config import ModelSpec, Settings, settings_from_env
 from core.loading import BACKEND_NAMES
@@ -98,7 +99,7 @@ def _default_text(field) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m core", description="Tessera: serve embedding models")
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="serve models over HTTP (uvicorn)")
+    serve = sub.add_parser("serve", help="serve models over HTTP (uvicorn)", epilog=_COMPAT_EPILOG)
     serve.add_argument("--model", action="append", default=[], metavar="PATH[:NAME] | path=PATH,KEY=VALUE,...",
                        help="a model folder or Hugging Face Hub id (org/name) to serve, optionally with its "
                             "served name, or a spec in one line (e.g. path=/m/e5,name=e5,backend=onnx,dtype=int8,"
@@ -133,6 +134,15 @@ def build_parser() -> argparse.ArgumentParser:
     download.add_argument("--dtype", default="float32", help="the dtype whose ONNX graph to fetch")
     _add_prepare(sub)
     return parser
+
+
+_COMPAT_EPILOG = (
+    "Infinity's and TEI's command lines work too: `v2 --model-id ID [--model-id ID2] --batch-size N --engine "
+    "optimum ...` (infinity_emb) and `--model-id ID --port N --max-batch-tokens N ...` (text-embeddings-router); "
+    "their flags: " + " ".join(["--model-id", *dict.fromkeys(p.flag for p in cli_compat.PER_MODEL),
+                                *(g.flag for g in cli_compat.GLOBAL)])
+    + ". Per-model flags repeat per --model-id (one value: every model); INFINITY_* variables stand for "
+    "Infinity's flags. docs/configuration.md has the table.").replace("%", "%%")
 
 
 def _add_prepare(sub) -> None:
@@ -174,15 +184,22 @@ def prepare(settings: Settings) -> int:
     return status
 
 
-def settings_from_args(args: argparse.Namespace) -> Settings:
-    given = {k: v for k, v in vars(args).items() if k in Settings.model_fields and v is not None}
-    if args.model:
-        specs = [_parse_model(m) for m in args.model]
-        for spec in specs:
-            if getattr(args, "backend", None):
-                spec.setdefault("backend", args.backend)  # a spec's own wins
-            if getattr(args, "revision", None):
-                spec["revision"] = args.revision
+def settings_from_args(args: argparse.Namespace, compat: cli_compat.Compat | None = None) -> Settings:
+    """``serve``'s (or ``prepare``'s) options over the environment; ``compat``: what Infinity's or TEI's
+    flags asked for (core.cli_compat), under Tessera's own options."""
+    compat = compat or cli_compat.Compat()
+    given = {**compat.settings}
+    given.update({k: v for k, v in vars(args).items() if k in Settings.model_fields and v is not None})
+    if given.get("api_keys"):
+        given["api_keys"] = cli_compat.api_key_values(given["api_keys"])
+    specs = [_parse_model(m) for m in args.model]
+    for spec in specs:
+        if getattr(args, "backend", None):
+            spec.setdefault("backend", args.backend)  # a spec's own wins
+        if getattr(args, "revision", None):
+            spec["revision"] = args.revision
+    specs = compat.apply(specs)
+    if specs:
         given["models"] = specs
     return settings_from_env(os.environ, **given)
 
@@ -217,16 +234,53 @@ def download(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def _known_options(parser: argparse.ArgumentParser, command: str | None) -> list[str]:
+    """The long options of ``command`` (and of the compatibility layer, for ``serve``)."""
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    chosen = subparsers.choices.get(command or "serve", subparsers.choices["serve"])
+    known = [o for a in chosen._actions for o in a.option_strings if o.startswith("--")]
+    return known + (cli_compat.compat_flags() if chosen is subparsers.choices["serve"] else [])
+
+
+class UsageError(ConfigError):
+    """A command line no parser took (unknown options, with the nearest known ones)."""
+
+
+def read_command_line(argv: list[str], environ) -> tuple[argparse.Namespace, cli_compat.Compat | None]:
+    """``argv`` (Tessera's, Infinity's or TEI's form) as the parsed command and what Infinity's/TEI's flags
+    and ``INFINITY_*`` variables of ``environ`` asked for (``serve`` only). Raises ConfigError."""
+    argv = cli_compat.normalise_command(list(argv))
+    parser = build_parser()
+    compat = None
+    if argv and argv[0] == "serve":
+        compat, rest = cli_compat.parse(argv[1:], environ)
+        argv = ["serve", *rest]
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        raise UsageError([cli_compat.unknown_options(extras, _known_options(parser, args.command))])
+    return args, compat
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args, compat = read_command_line(sys.argv[1:] if argv is None else argv, os.environ)
+    except ConfigError as exc:
+        if isinstance(exc, UsageError):
+            build_parser().print_usage(sys.stderr)
+        print(f"tessera: {exc.message}", file=sys.stderr)
+        return 2
     if args.command == "download":
         return download(args)
+    for note in compat.notes if compat is not None else ():
+        print(f"tessera: note: {note}", file=sys.stderr)
     try:
-        settings = settings_from_args(args)
+        settings = settings_from_args(args, compat)
     except ConfigError as exc:
         print(f"tessera: {exc.message}", file=sys.stderr)
         return 2
-    if args.command == "prepare":
+    if compat is not None:
+        os.environ.update(compat.environ)  # --hf-token, --otlp-endpoint...: for the libraries that read them
+    if args.command == "prepare" or (compat is not None and compat.preload_only):
         return prepare(settings)
     import uvicorn
 

@@ -282,7 +282,9 @@ class Settings(BaseSettings):
     api_keys_file: Path | None = Field(
         default=None, description="file with more API keys, one per line (e.g. a mounted secret)"
     )
-    metrics_public: bool = Field(default=False, description="serve /metrics without an API key")
+    metrics_public: bool = Field(default=False, description="serve /metrics without an API key (with API keys set)")
+    docs_public: bool = Field(default=False, description="serve /docs, /redoc, /openapi.json and their assets "
+                              "without an API key (with API keys set; /health and /ready always are)")
     max_inflight_requests: int = Field(default=512, gt=0, description="requests in progress before 429")
     max_tokens_per_request: int = Field(default=262_144, gt=0, description="tokens in one request (413)")
     allow_degraded: bool = Field(
@@ -456,12 +458,67 @@ class _MappingEnvSource(EnvSettingsSource):
 
 S = TypeVar("S", bound=Settings)
 
+#: ``TESSERA_`` variables read outside Settings: the set-up scripts', the images' own start-up, the test suite's
+OTHER_VARIABLES = frozenset({"TESSERA_TORCH", "TESSERA_TORCH_INDEX_URL", "TESSERA_PYTHON312", "TESSERA_SAM_CLI",
+                             "TESSERA_DEVICE", "TESSERA_MODEL_NAME", "TESSERA_CUDA_COMPAT_DIR",
+                             "TESSERA_NVIDIA_VERSION_FILE"})
+#: prefixes of the platform adapters' own variables (their settings classes add fields of their own)
+OTHER_PREFIXES = ("TESSERA_MODAL_", "TESSERA_LAMBDA_", "TESSERA_SAGEMAKER_")
+#: list settings that also take one plain value (``TESSERA_API_KEYS=secret``, ``TESSERA_MODELS=/models/e5``)
+_ONE_ITEM = ("api_keys", "media_allow")
+
+
+def unknown_variables(environ: Mapping[str, str], cls: type[Settings] = Settings) -> list[str]:
+    """One line per ``TESSERA_*`` variable of ``environ`` that names no setting of ``cls`` (a misspelt one
+    would otherwise be ignored, and the default served in its place), with the nearest setting's variable."""
+    known = [f"TESSERA_{name.upper()}" for name in cls.model_fields]
+    problems = []
+    for name in sorted(environ):
+        if (name.startswith("TESSERA_") and name not in known and name not in OTHER_VARIABLES
+                and not name.startswith(OTHER_PREFIXES)):
+            field = name.removeprefix("TESSERA_").lower()
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            if field in ModelSpec.model_fields:  # a model's field (TESSERA_DTYPE): it belongs in the model's spec
+                hint = (f" ({field} is a model's: TESSERA_MODELS='[{{\"path\": \"...\", \"{field}\": ...}}]', "
+                        f"or --model path=...,{field}=...)")
+            else:
+                hint = f" (did you mean {close[0]}?)" if close else ""
+            problems.append(f"{name}: no such setting{hint}; docs/configuration.md lists them all")
+    return problems
+
+
+def _one_item_values(environ: Mapping[str, str], cls: type[Settings]) -> dict[str, str]:
+    """``environ`` with a plain value of a JSON-list setting made its one-element list (a model path, a key)."""
+    fixed = dict(environ)
+    for name in (*_ONE_ITEM, "models"):
+        var = f"TESSERA_{name.upper()}"
+        text = fixed.get(var)
+        if text is None or not text.strip() or text.lstrip()[0] == "[":
+            continue
+        if text.lstrip()[0] == "{":  # one model spec
+            fixed[var] = f"[{text}]"
+        else:
+            fixed[var] = json.dumps([{"path": text.strip()} if name == "models" else text])
+    return fixed
+
 
 def settings_from_env(environ: Mapping[str, str], cls: type[S] = Settings, **overrides: Any) -> S:
     """The one way a surface builds its settings, once, at its edge: ``TESSERA_*`` variables from
     ``environ``, the file ``TESSERA_CONFIG`` names, and ``overrides`` (e.g. command-line options) over
-    both. Problems are raised together as one :class:`ConfigError`, one line each."""
-    token = _ENVIRON.set(environ)
+    both. Problems are raised together as one :class:`ConfigError`, one line each: a ``TESSERA_*``
+    variable that names no setting is one (see :func:`unknown_variables`)."""
+    unknown = unknown_variables(environ, cls)
+    try:
+        settings = _build(environ, cls, overrides)
+    except ConfigError as exc:
+        raise ConfigError([*unknown, *exc.problems]) from None
+    if unknown:
+        raise ConfigError(unknown)
+    return settings
+
+
+def _build(environ: Mapping[str, str], cls: type[S], overrides: dict[str, Any]) -> S:
+    token = _ENVIRON.set(_one_item_values(environ, cls))
     try:
         return cls(**overrides)
     except ValidationError as exc:

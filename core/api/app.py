@@ -21,6 +21,7 @@ from core.api.encode import dumps
 from core.api.keys import ApiKeys
 from core.api.admission import BodyReader, Drainer, InProgress
 from core.api.cors import Cors
+from core.api.docs_ui import DOC_PATHS, add_offline_docs
 from core.api.guard import UnhandledErrors
 from core.api.observability import Observability, Tracing
 from core.api.paths import Prefixes, route_path
@@ -46,8 +47,9 @@ from core.tracing import NO_TRACER, NoTracer, OtelTracer
 
 log = logging.getLogger("tessera")
 
-#: routes reachable without an API key
-OPEN_PATHS = frozenset({"/health"})
+#: routes reachable without an API key: the probes (a platform's health check sends none); /metrics and the
+#: documentation follow ``metrics_public`` / ``docs_public``
+OPEN_PATHS = frozenset({"/health", "/ready"})
 #: routes that are not work: no in-flight cap, still answered while draining
 SERVICE_PATHS = frozenset({"/health", "/ready", "/metrics"})
 
@@ -129,7 +131,8 @@ class Gate:
                  health_paths: frozenset[str] = frozenset()):
         self.app = app
         self.keys = ApiKeys(settings.all_api_keys())
-        self.open_paths = OPEN_PATHS | health_paths | ({"/metrics"} if settings.metrics_public else set())
+        self.open_paths = (OPEN_PATHS | health_paths | ({"/metrics"} if settings.metrics_public else set())
+                           | (DOC_PATHS if settings.docs_public else set()))
         self.service_paths = SERVICE_PATHS | health_paths
         self.admission = InflightLimit(settings, metrics, state)
         self.metrics = metrics
@@ -247,7 +250,10 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
         summary="OpenAI-compatible embeddings, reranking and classification",
         lifespan=lifespan,
         default_response_class=Response,
+        docs_url=None,  # served offline instead (core.api.docs_ui)
+        redoc_url=None,
     )
+    add_offline_docs(app, app.title)
     app.state.settings = settings
     app.state.registry = registry
     app.state.metrics = metrics

@@ -100,9 +100,11 @@ def cohere_rerank(served: Served, texts: Sequence[str], top_n: int | None, retur
                      "tokens": {"input_tokens": served.result.prompt_tokens, "output_tokens": 0}}}
 
 
-def cohere_embed(served: Served, by_type: dict[str, np.ndarray], texts: Sequence[str] | None) -> dict:
-    """Cohere v2 ``embeddings_by_type``: ``{id, embeddings: {float: [[...]], int8: [[...]], base64: [...]},
-    texts, meta}`` (``base64``: little-endian float32 bytes, as Cohere encodes it)."""
+def cohere_embed(served: Served, by_type: dict[str, np.ndarray], texts: Sequence[str] | None, *, version: int = 2,
+                 floats_only: bool = False) -> dict:
+    """Cohere ``embeddings_by_type``: ``{id, embeddings: {float: [[...]], int8: [[...]], base64: [...]},
+    texts, meta}`` (``base64``: little-endian float32 bytes, as Cohere encodes it); ``floats_only`` (v1
+    without ``embedding_types``): ``embeddings_floats``, ``{id, embeddings: [[...]], texts, meta}``."""
     embeddings: dict[str, Any] = {}
     for kind, vectors in by_type.items():
         if kind == "base64":
@@ -112,9 +114,11 @@ def cohere_embed(served: Served, by_type: dict[str, np.ndarray], texts: Sequence
     rid, _ = response_id("embed")
     tokens = served.result.prompt_tokens
     out = {"id": rid, "embeddings": embeddings, "response_type": "embeddings_by_type",
-           "meta": {"api_version": {"version": "2"}, "billed_units": {"input_tokens": tokens}}}
-    if texts is not None:
-        out["texts"] = list(texts)
+           "meta": {"api_version": {"version": str(version)}, "billed_units": {"input_tokens": tokens}}}
+    if floats_only:
+        out.update(embeddings=embeddings["float"], response_type="embeddings_floats")
+    if texts is not None or floats_only:
+        out["texts"] = list(texts or [])
     return out
 
 

@@ -176,6 +176,33 @@ def test_cohere_v2_embed_by_types(server, st_minilm):
     assert caught.value.status_code == 400
 
 
+def test_cohere_v1_client_embed(server, st_minilm):
+    """The v1 client's ``co.embed``: POST /v1/embed; without embedding_types, v1's embeddings_floats."""
+    import cohere
+
+    client = cohere.Client(api_key="unused", base_url=server)
+    response = client.embed(texts=TEXTS, model="minilm", input_type="search_document")
+    assert response.response_type == "embeddings_floats" and response.texts == TEXTS
+    np.testing.assert_allclose(np.array(response.embeddings), st_minilm.encode(TEXTS), atol=1e-5)
+    typed = client.embed(texts=TEXTS, model="minilm", input_type="search_query", embedding_types=["float", "int8"])
+    assert typed.response_type == "embeddings_by_type"
+    np.testing.assert_allclose(np.array(typed.embeddings.float_), st_minilm.encode(TEXTS), atol=1e-5)
+    assert len(typed.embeddings.int8[0]) == len(typed.embeddings.float_[0])
+    with pytest.raises(cohere.core.api_error.ApiError) as caught:
+        client.embed(texts=TEXTS, model="no-such-model", input_type="search_document")
+    assert caught.value.status_code == 404
+
+
+def test_root_with_several_models_and_none_named_names_the_way_to_choose(http):
+    """POST / (TEI / Hugging Face Inference) on a server of four models: an error that says how to name one,
+    not a schema error of whichever model happens to come first."""
+    got = err(http.post("/", json={"inputs": TEXTS}), 404)
+    assert "X-Model" in got["message"] and "?model=NAME" in got["message"] and got["param"] == "model"
+    assert "query" not in got["message"]  # not the reranker's schema
+    named = ok(http.post("/", json={"inputs": TEXTS}, headers={"X-Model": "minilm"}))
+    assert len(named) == 2 and len(named[0]) == 384
+
+
 def test_langchain_openai_embeddings(server, st_minilm):
     from langchain_openai import OpenAIEmbeddings
 

@@ -99,6 +99,27 @@ def test_openai_client_image_embeddings(server):
     assert out.usage.prompt_tokens == 2 * ((32 // 8) ** 2 + 1)
 
 
+def test_infinity_client_image_and_audio_embeddings(server, media_server):
+    """What ``infinity_client`` calls for media: POST /embeddings_image and /embeddings_audio, the same
+    vectors as /v1/embeddings with the modality."""
+    from infinity_client import Client
+    from infinity_client.api.default import embeddings_audio, embeddings_image
+    from infinity_client.models import AudioEmbeddingInput, ImageEmbeddingInput
+
+    client = Client(base_url=server, raise_on_unexpected_status=True)
+    images = [data_uri(RED, "image/png"), media_server.add("/api/green-inf.png", Route(GREEN, "image/png"))]
+    got = embeddings_image.sync(client=client, body=ImageEmbeddingInput(input_=images, model="tiny-clip"))
+    direct = vectors(embed(server, model="tiny-clip", modality="image", input=images))
+    np.testing.assert_allclose([d.embedding for d in got.data], direct, atol=1e-6)
+    assert got.model == "tiny-clip" and got.usage.prompt_tokens > 0
+    sounds = [data_uri(CHIRP, "audio/flac")]
+    heard = embeddings_audio.sync(client=client, body=AudioEmbeddingInput(input_=sounds, model="tiny-clap"))
+    np.testing.assert_allclose([d.embedding for d in heard.data],
+                               vectors(embed(server, model="tiny-clap", modality="audio", input=sounds)), atol=1e-6)
+    refused = httpx.post(server + "/embeddings_image", json={"input": ["not a uri"], "model": "tiny-clip"}, timeout=30)
+    assert refused.status_code == 400 and refused.json()["error"]["param"].startswith("input")
+
+
 def test_clap_audio_from_url_and_data_uri_matches_the_reference(server, clap_dir, media_server):
     import soundfile as sf
     from transformers import AutoProcessor, ClapModel

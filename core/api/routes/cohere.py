@@ -1,4 +1,6 @@
-"""Cohere's v2 routes, what ``cohere.ClientV2`` calls: ``POST /v2/rerank`` (``{model, query, documents,
+"""Cohere's routes: ``POST /v1/embed`` (what the v1 ``cohere.Client.embed`` calls: without ``embedding_types``
+the answer is v1's ``embeddings_floats``, ``{id, embeddings: [[...]], texts, meta}``), and the v2 ones, what
+``cohere.ClientV2`` calls: ``POST /v2/rerank`` (``{model, query, documents,
 top_n, max_tokens_per_doc}`` → ``{id, results: [{index, relevance_score}], meta}``) and ``POST /v2/embed``
 (``{model, texts | images, input_type, embedding_types, truncate, output_dimension}`` →
 ``{id, embeddings: {float: [...], int8: [...], ...}, texts, meta}``)."""
@@ -33,6 +35,15 @@ _TRUNCATE = {None: (True, "right"), "END": (True, "right"), "START": (True, "lef
 
 @router.post("/v2/embed", responses=protocol.ERROR_RESPONSES, summary="Embed (Cohere v2 shape)", tags=["cohere"])
 async def embed_v2(body: protocol.CohereEmbedRequest, request: Request) -> Response:
+    return await _embed(body, request, version=2)
+
+
+@router.post("/v1/embed", responses=protocol.ERROR_RESPONSES, summary="Embed (Cohere v1 shape)", tags=["cohere"])
+async def embed_v1(body: protocol.CohereEmbedRequest, request: Request) -> Response:
+    return await _embed(body, request, version=1)
+
+
+async def _embed(body: protocol.CohereEmbedRequest, request: Request, *, version: int) -> Response:
     serving = serving_of(request)
     if (body.texts is None) == (body.images is None):
         raise InvalidInput("send either 'texts' or 'images' (data: URIs)", param="texts")
@@ -47,4 +58,5 @@ async def embed_v2(body: protocol.CohereEmbedRequest, request: Request) -> Respo
         dimensions=body.output_dimension, input_type=body.input_type if modality == "text" else None,
     )
     served, by_type = await until_disconnect(request, work)
-    return JSONBytes(dumps(cohere_embed(served, by_type, body.texts)))
+    floats_only = version == 1 and body.embedding_types is None  # v1's embeddings_floats
+    return JSONBytes(dumps(cohere_embed(served, by_type, body.texts, version=version, floats_only=floats_only)))

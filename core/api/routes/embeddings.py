@@ -1,4 +1,6 @@
-"""``POST /v1/embeddings`` (and ``/embeddings``): OpenAI semantics plus Tessera's extensions."""
+"""``POST /v1/embeddings`` (and ``/embeddings``): OpenAI semantics plus Tessera's extensions; Infinity's
+``/embeddings_image`` and ``/embeddings_audio`` (what ``infinity_client`` calls for media): the same request,
+its ``input`` URLs or data: URIs of that modality."""
 
 from __future__ import annotations
 
@@ -30,3 +32,15 @@ async def create_embeddings(body: protocol.EmbeddingRequest, request: Request) -
     )
     served = await until_disconnect(request, work)
     return JSONBytes(dumps(openai_embeddings(served, body.encoding_format)))
+
+
+@router.post("/embeddings_image", response_model=protocol.EmbeddingResponse, responses=protocol.ERROR_RESPONSES,
+             summary="Infinity: image embeddings (input: http(s) URLs or data: URIs)", tags=["infinity"])
+async def embeddings_image(body: protocol.EmbeddingRequest, request: Request) -> Response:
+    return await create_embeddings(body.model_copy(update={"modality": "image"}), request)
+
+
+@router.post("/embeddings_audio", response_model=protocol.EmbeddingResponse, responses=protocol.ERROR_RESPONSES,
+             summary="Infinity: audio embeddings (input: http(s) URLs or data: URIs)", tags=["infinity"])
+async def embeddings_audio(body: protocol.EmbeddingRequest, request: Request) -> Response:
+    return await create_embeddings(body.model_copy(update={"modality": "audio"}), request)

@@ -16,7 +16,7 @@ from core.api.http import (
     JSONBytes, deadline_for, model_choice, read_json_object, serving_of, until_disconnect, validated,
 )
 from core.api.serving import embeddings, models, ranking
-from core.errors import Unsupported
+from core.errors import ModelNotFound, Unsupported
 
 router = APIRouter()
 
@@ -100,6 +100,11 @@ async def tei_root(request: Request) -> Response:
     (embed, predict, rerank, sparse), or ``/similarity`` when ``inputs`` holds a ``source_sentence``.
     Classification answers in the Inference API's batch shape (a list per input)."""
     body = await read_json_object(request)
+    registry = serving_of(request).registry
+    if _model(request) is None and len(registry.engines) + len(registry.failed) > 1:
+        raise ModelNotFound(f"several models are served ({sorted({*registry.engines, *registry.failed})}) and the "
+                            "request names none: name one with ?model=NAME or an X-Model: NAME header (the 'model' "
+                            "field of /v1/embeddings, /v1/rerank ...)", param="model")
     inputs = body.get("inputs")
     if isinstance(inputs, dict) and "source_sentence" in inputs:
         return await tei_similarity(validated(protocol.TeiSimilarityRequest, body), request)
