@@ -271,7 +271,8 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(default=60.0, gt=0, description="deadline of a request (504 after)")
     max_request_bytes: int = Field(default=8 * 1024 * 1024, gt=0, description="request body limit (413)")
     max_header_bytes: int = Field(default=64 * 1024, gt=0, description="request line and headers together (431 "
-                                  "beyond); enforced by `python -m core serve` and scripts/serve")
+                                  "beyond), per request; enforced by every entry point: `python -m core serve`, "
+                                  "`uvicorn core.dev:app`, SageMaker's `serve`")
     request_body_timeout_s: float = Field(
         default=30.0, gt=0, description="time for a request's whole body to arrive (408 after); only then "
         "does the request take an in-flight slot")
