@@ -18,7 +18,9 @@ invocation finds the routes warm and the batchers started.
   ``TESSERA_THREADS`` is set. Under the runtime client's multi-concurrency mode
   (``AWS_LAMBDA_MAX_CONCURRENCY=N``, Lambda Managed Instances) the client forks N workers that each
   import this file: each worker gets ``vCPUs // N`` threads (at least one), so the N model copies
-  share the CPUs instead of each running one thread per vCPU.
+  share the CPUs instead of each running one thread per vCPU. Managed Instances run Python 3.13 and
+  later only: the 3.12 image and zip cannot use this mode; the py313 image (scripts/build_images.py
+  --only lambda-py313-arm64) is the variant for it.
 - Init fails (through the Runtime API's init-error path, so Lambda reports it and retries) when a
   configured model fails to load or none is configured: an environment that cannot serve is not kept.
 - Models: ``TESSERA_MODELS`` / ``TESSERA_CONFIG`` as everywhere; with neither, the embedded
