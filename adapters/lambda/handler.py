@@ -46,9 +46,11 @@ invocation finds the routes warm and the batchers started.
   runtime client runs before it asks for ``/restore/next``) runs the full warm-up, so its cost lands in
   the snapshot, not in any restore. After restore a hook re-seeds the process's random generators (every
   environment restored from one snapshot would otherwise share their state). Nothing else needs
-  re-opening: init opens no socket (the batchers, their event-loop tasks and the tokenizer pool start on
-  the first request, after restore; the OTLP exporter, when configured, connects on its first export),
-  and ONNX Runtime's thread pool is restored with the rest of the microVM's memory.
+  re-opening: init opens no socket. The app's warm pass runs at init (under SnapStart too), so the
+  batchers, their event-loop tasks and the tokenizer pool are started before the snapshot, in this
+  module's loop, which runs only during invocations: they sit idle in the snapshot and carry on after
+  restore, like ONNX Runtime's thread pool, restored with the rest of the microVM's memory. The OTLP
+  exporter, when configured, connects on its first export.
 - Logging: under the runtime client (which puts its own handler, text or JSON per
   ``AWS_LAMBDA_LOG_FORMAT``, on the root logger before importing this file) the level is set from
   ``AWS_LAMBDA_LOG_LEVEL`` (the function's ``LoggingConfig``), else ``TESSERA_LOG_LEVEL``.

@@ -153,6 +153,39 @@ def test_the_fallback_encoder_follows_the_runtime_clients_rule(monkeypatch):
         assert ("\\u6771" in client) is (value not in utf8), value
 
 
+def _sockets(pid: int) -> dict[str, list]:
+    """The process's open sockets: the remote port of each TCP one, the path of each Unix one ("" for an
+    unnamed pair), and any other kind by inode."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    tcp = []
+    for table in ("tcp", "tcp6"):
+        for line in open(f"/proc/{pid}/net/{table}").read().splitlines()[1:]:
+            fields = line.split()
+            if fields[9] in inodes:
+                inodes.discard(fields[9])
+                tcp.append(int(fields[2].rsplit(":", 1)[1], 16))
+    unix = []  # unnamed Unix socket pairs (asyncio's self-pipe per event loop) stay inside the process
+    for line in open(f"/proc/{pid}/net/unix").read().splitlines()[1:]:
+        fields = line.split()
+        if fields[6] in inodes:
+            inodes.discard(fields[6])
+            unix.append(fields[7] if len(fields) > 7 else "")
+    return {"tcp": tcp, "unix": unix, "other": sorted(inodes)}
+
+
+def _handler_doc() -> str:
+    import ast
+
+    return ast.get_docstring(ast.parse(LAMBDA_HANDLER.read_text())) or ""
+
+
 def _utf8_runtimes_in_handler() -> frozenset:
     import ast
 
@@ -324,6 +357,7 @@ def test_snap_start_hooks_run_around_the_snapshot(reference):
         time.sleep(0.2)  # the log lines written before the call reach the pipe
         at_snapshot = proc.stdout
         files = mapped_files(proc.proc.pid)
+        sockets = _sockets(proc.proc.pid)
         texts = ["Le café est très chaud ce matin.", "restored from a snapshot"]
         pending = api.submit(_embed(texts))
         time.sleep(0.5)
@@ -341,6 +375,17 @@ def test_snap_start_hooks_run_around_the_snapshot(reference):
     assert "warmed up on" in at_snapshot and "before snapshot: models" in at_snapshot
     assert at_snapshot.index("init done in") < at_snapshot.index("before snapshot: models")
     assert "after restore" not in at_snapshot
+    # the warm pass ran at init, before the snapshot (it starts the batchers in the handler's loop), and
+    # no connection but the runtime client's own to the Runtime API is open in the snapshot: AWS, "Handle
+    # uniqueness with Lambda SnapStart" / network connections made during init may not survive a restore
+    assert at_snapshot.index("warm pass: ") < at_snapshot.index("before snapshot: models")
+    api_port = int(api.address.rsplit(":", 1)[1])
+    assert sockets["other"] == [] and sockets["tcp"] and set(sockets["tcp"]) == {api_port}, sockets
+    assert set(sockets["unix"]) <= {""}, sockets
+    # and the handler and docs/adapters.md say so (the description agrees with the code)
+    for described in (_handler_doc(), (ROOT / "docs/adapters.md").read_text()):
+        assert "start on the first request, after restore" not in " ".join(described.split())
+        assert "batchers" in described and "before the snapshot" in described
     assert after.index("after restore: random state re-seeded") < after.index(pending.request_id)
     assert status == 200
     got = np.array([d["embedding"] for d in body["data"]])
