@@ -55,6 +55,7 @@ class Outcome:
     handed_out_ms: int  # when GET /next returned the event (epoch ms)
     posted_ms: int  # when the client posted the outcome
     deadline_ms: int
+    size: int = 0  # bytes of the posted body, as the client sent them (what Lambda's 6 MB limit counts)
 
 
 @dataclass
@@ -197,7 +198,7 @@ class RuntimeAPI:
                         self.reply(400, b'{"errorMessage":"unknown or finished request id"}')
                         return
                     pending.outcome = Outcome(parts[1], parts[2], json.loads(body or b"null"), dict(self.headers),
-                                              pending.handed_out_ms, now, pending.deadline_ms or 0)
+                                              pending.handed_out_ms, now, pending.deadline_ms or 0, len(body or b""))
                     pending.done.set()
                     self.reply(202, b'{"status":"OK"}')
                     return

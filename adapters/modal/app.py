@@ -89,6 +89,33 @@ def stage_spec(spec, backend: str):
     return None
 
 
+#: what to do when Modal's host driver cannot run the image's torch build (Modal manages the driver)
+DRIVER_FIX = ("Modal manages its hosts' NVIDIA driver: install a torch build for a CUDA version that driver runs "
+              "in the image of adapters/modal/app.py (e.g. torch from https://download.pytorch.org/whl/cu128 for a "
+              "12.x driver), or choose GPU types (TESSERA_MODAL_GPU) whose hosts run driver 580 or newer")
+
+
+def check_cuda_driver(specs, environ) -> None:
+    """When a model runs on CUDA: log the host's NVIDIA driver and torch's CUDA build, and fail the start at
+    once, naming the fix, when the driver cannot run the build (core.cuda_driver's rules, as the SageMaker
+    CUDA image's entrypoint applies them; this image carries no forward-compatibility libraries), instead
+    of every request failing later."""
+    import logging
+    from pathlib import Path
+
+    from core.cuda_driver import DRIVER_VERSION_FILE, check_driver, host_driver_version, torch_cuda_version
+    from core.errors import StartupFailed
+
+    if not any(str(spec.device).startswith("cuda") for spec in specs):
+        return
+    version_file = Path(environ.get("TESSERA_NVIDIA_VERSION_FILE", str(DRIVER_VERSION_FILE)))
+    check = check_driver(host_driver_version(version_file), torch_cuda_version(), compat_available=False,
+                         fix=DRIVER_FIX)
+    logging.getLogger("tessera.modal").info("%s", check.line())
+    if check.problem:
+        raise StartupFailed(f"{check.line()}: {check.problem}")
+
+
 def fail_start(registry) -> None:
     """Modal has no health check to keep a broken container out of rotation: a model that failed to
     load fails the container's start (Modal reports the error and starts another), instead of a
@@ -148,6 +175,7 @@ class Tessera:
 
         self.settings = settings_from_env(os.environ)  # the serving edge: once, here
         configure_logging(self.settings.log_level)
+        check_cuda_driver(self.settings.model_specs(), os.environ)  # GPU attached now: before any move
         staged, registry, rest = self.snapshot_registry, Registry(), []
         for spec in self.settings.model_specs():
             name = spec.served_name

@@ -49,6 +49,36 @@ class ModalSettings:
         }
 
 
+    def volume_models(self) -> list[tuple[str, str, str, list[str] | None]]:
+        """The models served from the Volume: (the spec's path, the folder on the Volume to list, the entry
+        it must hold ("" for any), the ``seed_volume`` arguments that put it there, or None when only
+        ``modal volume put`` can). A folder under /models must hold its ``config.json``; a Hub id is read
+        from the Volume's Hugging Face cache (``HF_HOME``): a snapshot of it must be there."""
+        found = []
+        for spec in json.loads(self.models):
+            path = str(spec.get("path", "")) if isinstance(spec, dict) else str(spec)
+            if path.startswith(MODELS_DIR + "/"):
+                name = path[len(MODELS_DIR) + 1:].strip("/")
+                found.append((path, name, "config.json", [] if name == DEFAULT_MODEL else None))
+            elif not path.startswith("/") and path.count("/") == 1:  # a Hub id: org/name
+                seed = ["--model", path]
+                if isinstance(spec, dict) and spec.get("backend"):
+                    seed += ["--backend", str(spec["backend"])]
+                found.append((path, f"huggingface/hub/models--{path.replace('/', '--')}/snapshots", "", seed))
+        return found
+
+
+def public_endpoint_problem(settings: ModalSettings) -> str | None:
+    """Why the endpoint would be public with no key check (no Modal Secret to carry API keys, no proxy auth),
+    or None. Modal web endpoints are public URLs; the Lambda template refuses the same (PublicUrlNeedsApiKeys)."""
+    if settings.secret_name or settings.proxy_auth:
+        return None
+    return ("the endpoint would be a public URL with no key check: name a Modal Secret holding TESSERA_API_KEYS "
+            "(modal secret create tessera-keys TESSERA_API_KEYS='[\"<a long random key>\"]', then "
+            "TESSERA_MODAL_SECRET=tessera-keys), or set TESSERA_MODAL_PROXY_AUTH=1 (Modal-Key/Modal-Secret "
+            "headers), or pass --allow-public to deploy it open on purpose")
+
+
 def modal_settings(environ: Mapping[str, str]) -> ModalSettings:
     """The ``TESSERA_MODAL_*`` variables and ``TESSERA_MODELS`` of ``environ``, with their defaults."""
     max_inputs = int(environ.get("TESSERA_MODAL_MAX_INPUTS", "64"))

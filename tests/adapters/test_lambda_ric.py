@@ -101,6 +101,101 @@ def test_oversized_response_is_a_413_after_inference(ric):
     assert len(orjson.dumps(outcome.body)) < 6 * 1024 * 1024  # what reached the Runtime API fits
 
 
+# What Lambda's 6 MB limit counts is what the runtime client posts: awslambdaric's
+# lambda_runtime_marshaller.Encoder (4.2.2) writes non-ASCII as UTF-8 only when AWS_EXECUTION_ENV is one of
+# AWS_Lambda_python3.12 ... 3.15 (the managed runtimes, the zip package), and escapes it as \uXXXX everywhere
+# else, an image's AWS_Lambda_Image included. A tokenize answer of CJK text: ~5.6 MB as UTF-8, ~6.6 MB escaped.
+CJK = "東京都の天気は晴れです。" * 100
+LIMIT = 6 * 1024 * 1024
+
+
+def _cjk_tokenize(inputs: int = 340) -> dict:
+    return function_url_event("POST", "/v1/tokenize", orjson.dumps({"input": [CJK] * inputs}))
+
+
+@pytest.mark.parametrize("execution_env, status", [("AWS_Lambda_Image", 413), ("AWS_Lambda_python3.12", 200)])
+def test_response_limit_counts_the_bytes_the_runtime_client_sends(execution_env, status):
+    api, proc = _started({"AWS_EXECUTION_ENV": execution_env, "TESSERA_MAX_TOKENS_PER_REQUEST": "1000000"})
+    try:
+        assert proc.wait_for_output("init done", INIT_TIMEOUT), proc.stdout + proc.stderr
+        outcome = api.invoke(_cjk_tokenize())
+    finally:
+        proc.stop()
+        api.__exit__()
+    assert outcome.size <= LIMIT, outcome.size  # what reached the Runtime API fits, as sent
+    got, reply = _reply(outcome)
+    assert got == status, (execution_env, outcome.size, str(reply)[:200])
+    if status == 413:  # the measured size is the escaped one: over the limit although its UTF-8 fits
+        error = _assert_error_shape(reply)
+        assert error["code"] == "response_too_large"
+        measured = int(error["message"].split("would be ", 1)[1].split()[0])
+        assert measured > LIMIT
+    else:  # the same answer sent as UTF-8 fits, and is served
+        assert outcome.size > 5_000_000 and len(reply["data"]) == 340
+
+
+def test_the_fallback_encoder_follows_the_runtime_clients_rule(monkeypatch):
+    """Where awslambdaric cannot be imported the handler encodes with the standard library by the same
+    AWS_EXECUTION_ENV rule (its UTF8_RUNTIMES): byte for byte what the client's own Encoder writes, for
+    every managed Python runtime name and an image's."""
+    import json as stdjson
+
+    import awslambdaric.lambda_runtime_marshaller as marshaller
+
+    utf8 = _utf8_runtimes_in_handler()
+    sample = {"statusCode": 200, "body": "東京 ünïcode \u2028 \U0001F600 \"quoted\"", "isBase64Encoded": False}
+    names = [f"AWS_Lambda_python3.{minor}" for minor in range(8, 17)] + ["AWS_Lambda_Image", ""]
+    for value in names:
+        monkeypatch.setenv("AWS_EXECUTION_ENV", value)
+        client = marshaller.Encoder().encode(sample)
+        fallback = stdjson.JSONEncoder(ensure_ascii=value not in utf8, allow_nan=True).encode(sample)
+        assert fallback.encode() == client.encode(), value
+        assert ("\\u6771" in client) is (value not in utf8), value
+
+
+def _sockets(pid: int) -> dict[str, list]:
+    """The process's open sockets: the remote port of each TCP one, the path of each Unix one ("" for an
+    unnamed pair), and any other kind by inode."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    tcp = []
+    for table in ("tcp", "tcp6"):
+        for line in open(f"/proc/{pid}/net/{table}").read().splitlines()[1:]:
+            fields = line.split()
+            if fields[9] in inodes:
+                inodes.discard(fields[9])
+                tcp.append(int(fields[2].rsplit(":", 1)[1], 16))
+    unix = []  # unnamed Unix socket pairs (asyncio's self-pipe per event loop) stay inside the process
+    for line in open(f"/proc/{pid}/net/unix").read().splitlines()[1:]:
+        fields = line.split()
+        if fields[6] in inodes:
+            inodes.discard(fields[6])
+            unix.append(fields[7] if len(fields) > 7 else "")
+    return {"tcp": tcp, "unix": unix, "other": sorted(inodes)}
+
+
+def _handler_doc() -> str:
+    import ast
+
+    return ast.get_docstring(ast.parse(LAMBDA_HANDLER.read_text())) or ""
+
+
+def _utf8_runtimes_in_handler() -> frozenset:
+    import ast
+
+    tree = ast.parse(LAMBDA_HANDLER.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "UTF8_RUNTIMES":
+            return frozenset(ast.literal_eval(node.value.args[0]))
+    raise AssertionError("UTF8_RUNTIMES not found in the handler")
+
+
 def test_1500_float_inputs_are_refused_before_computing(ric):
     api, _ = ric
     computed = api.invoke(_embed([f"item {i}" for i in range(1400)], encoding_format="base64"))
@@ -262,6 +357,7 @@ def test_snap_start_hooks_run_around_the_snapshot(reference):
         time.sleep(0.2)  # the log lines written before the call reach the pipe
         at_snapshot = proc.stdout
         files = mapped_files(proc.proc.pid)
+        sockets = _sockets(proc.proc.pid)
         texts = ["Le café est très chaud ce matin.", "restored from a snapshot"]
         pending = api.submit(_embed(texts))
         time.sleep(0.5)
@@ -279,6 +375,17 @@ def test_snap_start_hooks_run_around_the_snapshot(reference):
     assert "warmed up on" in at_snapshot and "before snapshot: models" in at_snapshot
     assert at_snapshot.index("init done in") < at_snapshot.index("before snapshot: models")
     assert "after restore" not in at_snapshot
+    # the warm pass ran at init, before the snapshot (it starts the batchers in the handler's loop), and
+    # no connection but the runtime client's own to the Runtime API is open in the snapshot: AWS, "Handle
+    # uniqueness with Lambda SnapStart" / network connections made during init may not survive a restore
+    assert at_snapshot.index("warm pass: ") < at_snapshot.index("before snapshot: models")
+    api_port = int(api.address.rsplit(":", 1)[1])
+    assert sockets["other"] == [] and sockets["tcp"] and set(sockets["tcp"]) == {api_port}, sockets
+    assert set(sockets["unix"]) <= {""}, sockets
+    # and the handler and docs/adapters.md say so (the description agrees with the code)
+    for described in (_handler_doc(), (ROOT / "docs/adapters.md").read_text()):
+        assert "start on the first request, after restore" not in " ".join(described.split())
+        assert "batchers" in described and "before the snapshot" in described
     assert after.index("after restore: random state re-seeded") < after.index(pending.request_id)
     assert status == 200
     got = np.array([d["embedding"] for d in body["data"]])

@@ -507,3 +507,53 @@ def test_seed_volume_fetches_a_hub_model_into_the_volume_cache(modal_module, min
     snapshot = tmp_path / "huggingface" / "hub" / "models--acme--mini" / "snapshots" / repo.refs["main"]
     assert line.split() == ["acme/mini", repo.refs["main"], str(snapshot)] and commits == [1]
     assert (snapshot / "model.safetensors").stat().st_size == (minilm_dir / "model.safetensors").stat().st_size
+
+
+# --- the host's NVIDIA driver against torch's CUDA build, checked when the GPU is attached --------------------
+# torch 2.13's CUDA 13 build needs driver branch 580 or newer (NVIDIA, CUDA Toolkit release notes; forward
+# compatibility would need NVIDIA's compat libraries, which this image does not carry). Modal manages its
+# hosts' driver and its current docs read here state no version; so the restore hook (GPU attached) checks,
+# with the rules core/cuda_driver.py shares with the SageMaker CUDA image. torch here is a CPU build: its
+# torch.version.cuda is set to "13.0" to stand in for the image's CUDA 13 build.
+
+def _driver_file(tmp_path, version: str):
+    path = tmp_path / f"nvidia-{version}"
+    path.write_text(f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Release Build\n")
+    return path
+
+
+@pytest.mark.parametrize("driver, refused", [("575.57.08", True), ("535.247.01", True), ("580.95.05", False)])
+def test_restore_checks_the_driver_against_the_cuda_build(modal_module, minilm_dir, tmp_path, monkeypatch,
+                                                          caplog, driver, refused):
+    import logging
+
+    import torch
+
+    from core.backends.torch import TorchBackend
+    from core.errors import StartupFailed
+
+    spec = {"path": str(minilm_dir), "name": "minilm-cuda", "backend": "torch", "device": "cuda", "dtype": "float16"}
+    saved = dict(MODAL_ENV)
+    MODAL_ENV.update({"TESSERA_MODELS": json.dumps([spec]),
+                      "TESSERA_NVIDIA_VERSION_FILE": str(_driver_file(tmp_path, driver))})
+    moves = []
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(TorchBackend, "to_device", lambda self, device, dtype=None: moves.append(device))
+    caplog.set_level(logging.INFO, logger="tessera.modal")
+    try:
+        obj = modal_snapshot_phase(modal_module)
+        shown = ".".join(str(int(p)) for p in driver.split("."))
+        if refused:
+            with pytest.raises(StartupFailed) as failed:
+                modal_restore_phase(obj)
+            message = failed.value.message
+            assert f"NVIDIA driver {shown}, torch CUDA build 13.0: refused" in message
+            assert "Fix: Modal manages" in message and "download.pytorch.org/whl/cu128" in message
+            assert moves == []  # failed at once, before any model moved to the GPU
+        else:
+            modal_restore_phase(obj)
+            assert moves == ["cuda"]
+        assert f"NVIDIA driver {shown}, torch CUDA build 13.0: {'refused' if refused else 'natively'}" in caplog.text
+    finally:
+        MODAL_ENV.clear()
+        MODAL_ENV.update(saved)

@@ -100,3 +100,42 @@ def test_every_image_is_built_without_provenance(build):
     assert build.main(["--dry-run", "--neuron-base-image", "dlc:py311"], out=out) == 0
     lines = commands(out.getvalue())
     assert len(lines) == 4 and all("--provenance=false" in c for c in lines)
+
+
+def test_lambda_managed_instances_variant_is_python_313(build):
+    """Lambda Managed Instances (the runtime client's multi-concurrency mode, AWS_LAMBDA_MAX_CONCURRENCY) run
+    Python 3.13 and later only (AWS, "Lambda Managed Instances runtimes": "Python: Python 3.13 and later");
+    the default images are 3.12. The py313 variants build the same Dockerfile on the python:3.13 base image,
+    only when asked for."""
+    out = io.StringIO()
+    assert build.main(["--dry-run", "--only", "lambda-py313-arm64,lambda-py313-x86_64"], out=out) == 0
+    lines = commands(out.getvalue())
+    assert [c[c.index("-t") + 1] for c in lines] == ["tessera-lambda:py313-arm64", "tessera-lambda:py313-x86_64"]
+    for command in lines:
+        args = dict(a.split("=", 1) for a in command[command.index("-f"):] if "=" in a and not a.startswith("-"))
+        assert args["PYTHON_VERSION"] == "3.13" and "--provenance=false" in command
+    dockerfile = (ROOT / "adapters/lambda/Dockerfile").read_text()
+    assert "FROM public.ecr.aws/lambda/python:${PYTHON_VERSION}-${ARCH}" in dockerfile
+    default = io.StringIO()
+    assert build.main(["--dry-run"], out=default) == 0
+    assert "py313" not in default.getvalue()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["aarch64", "x86_64"])
+def test_lambda_requirements_resolve_for_python_313(arch, tmp_path):
+    """What the py313 image's `pip install -r requirements.txt` installs exists as cp313 wheels for Amazon
+    Linux 2023 (manylinux, glibc 2.34): pip's resolver, asked for binaries only, from the package index."""
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed", "--target",
+         str(tmp_path / "t"), "--python-version", "3.13", "--implementation", "cp", "--only-binary=:all:",
+         "--platform", f"manylinux_2_28_{arch}", "--platform", f"manylinux2014_{arch}",
+         "-r", str(ROOT / "adapters/lambda/requirements.txt"), "--report", str(report)],
+        capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    import json
+
+    installed = {i["metadata"]["name"].lower().replace("_", "-"): i["download_info"]["url"].rsplit("/", 1)[1]
+                 for i in json.loads(report.read_text())["install"]}
+    assert "cp313" in installed["onnxruntime"] and "cp313" in installed["numpy"]

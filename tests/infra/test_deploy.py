@@ -241,36 +241,110 @@ def test_lambda_zip_package_needs_no_image(deploy, capsys):
     assert "rule ZipNeedsItsObject: PackageType Zip needs ZipBucket and ZipKey" in err
 
 
-def test_modal_runs_modal_deploy_with_the_env(deploy, tmp_path):
-    """A stand-in `modal` executable on PATH records its argv, cwd and TESSERA_* environment."""
-    record = tmp_path / "record.json"
+#: a stand-in `modal` executable: records each call (argv, cwd, TESSERA_* environment) and keeps a Volume as a
+#: folder: `volume ls VOLUME FOLDER --json` lists it as Modal's CLI does (JSON rows with a "filename"; exit 1 when
+#: the folder is missing), `run adapters/modal/app.py::seed_volume` writes the default model's config.json there
+FAKE_MODAL = """#!/usr/bin/env python3
+import json, os, sys
+from pathlib import Path
+state = Path({state!r})
+calls = json.loads((state / "calls.json").read_text()) if (state / "calls.json").exists() else []
+calls.append({{"argv": sys.argv[1:], "cwd": os.getcwd(),
+               "env": {{k: v for k, v in os.environ.items() if k.startswith("TESSERA_")}}}})
+(state / "calls.json").write_text(json.dumps(calls))
+argv = sys.argv[1:]
+if argv[:2] == ["volume", "ls"]:
+    folder = state / "volume" / argv[2] / argv[3]
+    if not folder.is_dir():
+        sys.exit("Error: no such file or directory: " + argv[3])
+    print(json.dumps([{{"filename": f"{{argv[3]}}/{{p.name}}", "type": "file"}} for p in sorted(folder.iterdir())]))
+elif argv[:2] == ["run", "adapters/modal/app.py::seed_volume"]:
+    target = state / "volume" / os.environ.get("TESSERA_MODAL_VOLUME", "tessera-models") / "all-MiniLM-L6-v2"
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "config.json").write_text("{{}}")
+"""
+
+
+def _fake_modal(tmp_path):
+    state = tmp_path / "modal-state"
+    state.mkdir()
     fake = tmp_path / "bin" / "modal"
     fake.parent.mkdir()
-    fake.write_text("#!/usr/bin/env python3\nimport json, os, sys\n"
-                    f"json.dump({{'argv': sys.argv[1:], 'cwd': os.getcwd(), 'env': {{k: v for k, v in os.environ.items() "
-                    f"if k.startswith('TESSERA_')}}}}, open({str(record)!r}, 'w'))\n")
+    fake.write_text(FAKE_MODAL.format(state=str(state)))
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    environ = {"PATH": f"{fake.parent}:{os.environ['PATH']}", "TESSERA_MODAL_GPU": "A10G",
+    calls = lambda: json.loads((state / "calls.json").read_text())  # noqa: E731
+    return fake.parent, state, calls
+
+
+def test_modal_runs_modal_deploy_with_the_env(deploy, tmp_path):
+    bin_dir, state, calls = _fake_modal(tmp_path)
+    (state / "volume" / "tessera-models" / "all-MiniLM-L6-v2").mkdir(parents=True)
+    (state / "volume" / "tessera-models" / "all-MiniLM-L6-v2" / "config.json").write_text("{}")
+    environ = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "TESSERA_MODAL_GPU": "A10G",
                "TESSERA_API_KEYS": '["k"]', "TESSERA_MODAL_SECRET": "tessera-keys"}
     out = io.StringIO()
     code = deploy.main(["modal", "--env", "TESSERA_MODAL_MAX_CONTAINERS=8", "--env", "TESSERA_MODAL_GPU=L4"],
                        out=out, environ=environ)
     assert code == 0
-    seen = json.loads(record.read_text())
-    assert seen["argv"] == ["deploy", "adapters/modal/app.py"]
-    assert seen["cwd"] == str(ROOT)
-    assert seen["env"] == {"TESSERA_MODAL_GPU": "L4", "TESSERA_MODAL_MAX_CONTAINERS": "8", "TESSERA_API_KEYS": '["k"]',
-                           "TESSERA_MODAL_SECRET": "tessera-keys"}
+    seen = calls()
+    assert [c["argv"] for c in seen] == [["volume", "ls", "tessera-models", "all-MiniLM-L6-v2", "--json"],
+                                         ["deploy", "adapters/modal/app.py"]]
+    assert seen[-1]["cwd"] == str(ROOT)
+    assert seen[-1]["env"] == {"TESSERA_MODAL_GPU": "L4", "TESSERA_MODAL_MAX_CONTAINERS": "8",
+                               "TESSERA_API_KEYS": '["k"]', "TESSERA_MODAL_SECRET": "tessera-keys"}
     assert out.getvalue().strip() == ("TESSERA_API_KEYS=**** TESSERA_MODAL_GPU='L4' TESSERA_MODAL_MAX_CONTAINERS='8' "
                                       "TESSERA_MODAL_SECRET='tessera-keys' modal deploy adapters/modal/app.py")
 
 
+def test_modal_deploy_seeds_the_volume_or_refuses_until_seeded(deploy, tmp_path, capsys):
+    """`modal deploy` of an app whose Volume lacks the model succeeds, then every container start fails:
+    deploy.py looks first (`modal volume ls`, whose arguments are parsed here by the real modal CLI), and
+    stops with the command to run, or with --seed runs seed_volume, checks again and deploys."""
+    from modal.cli.entry_point import entrypoint_cli
+
+    bin_dir, state, calls = _fake_modal(tmp_path)
+    environ = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "TESSERA_MODAL_SECRET": "tessera-keys"}
+    assert deploy.main(["modal"], out=io.StringIO(), environ=environ) == 1
+    err = capsys.readouterr().err
+    assert "/models/all-MiniLM-L6-v2 is not on the Volume 'tessera-models'" in err and "--seed" in err
+    assert [c["argv"][0] for c in calls()] == ["volume"]  # no deploy
+    out = io.StringIO()
+    assert deploy.main(["modal", "--seed"], out=out, environ=environ) == 0
+    assert [c["argv"][:2] for c in calls()[1:]] == [["volume", "ls"], ["run", "adapters/modal/app.py::seed_volume"],
+                                                    ["volume", "ls"], ["deploy", "adapters/modal/app.py"]]
+    assert "seeding /models/all-MiniLM-L6-v2" in out.getvalue()
+    # a folder seed_volume cannot make: refused with the upload command, even with --seed
+    models = json.dumps([{"path": "/models/my-model", "device": "cuda"}])
+    assert deploy.main(["modal", "--seed", "--env", f"TESSERA_MODELS={models}"], out=io.StringIO(),
+                       environ=environ) == 1
+    assert "modal volume put tessera-models ./<model folder> /my-model" in capsys.readouterr().err
+    # the command deploy.py runs is one the real CLI parses: volume ls NAME FOLDER --json
+    volume_ls = calls()[0]["argv"]
+    ctx = entrypoint_cli.make_context("modal", list(volume_ls))
+    group = entrypoint_cli.get_command(ctx, volume_ls[0])
+    ls = group.get_command(ctx, volume_ls[1])
+    assert ls.make_context("ls", list(volume_ls[2:]), parent=ctx).params == {
+        "volume_name": "tessera-models", "path": "all-MiniLM-L6-v2", "json": True, "env": None}
+
+
+def test_modal_refuses_a_public_endpoint_without_keys_or_proxy_auth(deploy, tmp_path, capsys):
+    """Modal web endpoints are public URLs: with no Modal Secret (API keys) and no proxy auth, anyone may call
+    it. Refused unless --allow-public, as the Lambda template refuses a public URL without API keys."""
+    assert deploy.main(["modal", "--dry-run"], out=io.StringIO(), environ={"PATH": str(tmp_path)}) == 1
+    err = capsys.readouterr().err
+    assert "public URL with no key check" in err and "--allow-public" in err and "TESSERA_MODAL_PROXY_AUTH=1" in err
+    for argv in (["--allow-public"], ["--env", "TESSERA_MODAL_PROXY_AUTH=1"], ["--env", "TESSERA_MODAL_SECRET=k"]):
+        assert deploy.main(["modal", *argv, "--dry-run"], out=io.StringIO(), environ={"PATH": str(tmp_path)}) == 0
+
+
 def test_modal_dry_run_and_missing_cli(deploy, tmp_path, capsys):
     out = io.StringIO()
-    assert deploy.main(["modal", "--env", "TESSERA_MODAL_MIN_CONTAINERS=1", "--dry-run"], out=out,
+    assert deploy.main(["modal", "--env", "TESSERA_MODAL_MIN_CONTAINERS=1", "--allow-public", "--dry-run"], out=out,
                        environ={"PATH": str(tmp_path)}) == 0
-    assert out.getvalue().strip() == "TESSERA_MODAL_MIN_CONTAINERS='1' modal deploy adapters/modal/app.py"
-    assert deploy.main(["modal"], out=io.StringIO(), environ={"PATH": str(tmp_path)}) == 1
+    lines = out.getvalue().strip().splitlines()
+    assert lines[0].startswith("modal volume ls tessera-models all-MiniLM-L6-v2 --json   # /models/all-MiniLM-L6-v2")
+    assert lines[-1] == "TESSERA_MODAL_MIN_CONTAINERS='1' modal deploy adapters/modal/app.py"
+    assert deploy.main(["modal", "--allow-public"], out=io.StringIO(), environ={"PATH": str(tmp_path)}) == 1
     assert "modal CLI is not on PATH" in capsys.readouterr().err
 
 

@@ -148,3 +148,55 @@ def test_the_lambda_cold_start_figure_is_in_one_place():
     outside = [p for p in _paragraphs(bench) if "cold start" in p.lower() and "lambda" in p.lower()
                and p not in section and figure.search(p)]
     assert not outside, outside
+
+
+def _aws_commands(page: str, service: str, operation: str) -> list[dict[str, str | bool]]:
+    """``aws SERVICE OPERATION --opt value --flag ...`` commands of ``page``'s bash blocks, continuation
+    lines joined, each as {option: value or True}."""
+    import shlex
+
+    found = []
+    for _, language, lines in blocks(page):
+        if language != "bash":
+            continue
+        text = "\n".join(lines).replace("\\\n", " ")
+        for line in text.splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:3] != ["aws", service, operation]:
+                continue
+            options: dict[str, str | bool] = {}
+            rest = words[3:]
+            while rest:
+                key = rest.pop(0)
+                assert key.startswith("--"), (line, key)
+                options[key[2:]] = rest.pop(0) if rest and not rest[0].startswith("--") else True
+            found.append(options)
+    return found
+
+
+def test_manual_public_function_url_grants_both_actions():
+    """AWS, "Control access to Lambda function URLs": since October 2025 a new function URL needs both
+    lambda:InvokeFunctionUrl and lambda:InvokeFunction; for auth type NONE the second is granted to '*'
+    only for calls through the URL (AddPermission's InvokedViaFunctionUrl). The manual CLI path in
+    docs/adapters.md grants the same pair as the template's PublicUrlPermission / PublicInvokePermission,
+    and every option it uses is a parameter of AddPermission in AWS's API model (botocore)."""
+    import botocore.session
+
+    from .conftest import LAMBDA_TEMPLATE, parse_template
+
+    grants = _aws_commands("docs/adapters.md", "lambda", "add-permission")
+    by_action = {g["action"]: g for g in grants}
+    assert set(by_action) == {"lambda:InvokeFunctionUrl", "lambda:InvokeFunction"}, grants
+    assert by_action["lambda:InvokeFunctionUrl"]["function-url-auth-type"] == "NONE"
+    assert by_action["lambda:InvokeFunction"].get("invoked-via-function-url") is True
+    assert all(g["principal"] == "*" for g in grants)
+    members = botocore.session.get_session().get_service_model("lambda").operation_model(
+        "AddPermission").input_shape.members
+    for grant in grants:
+        for option in grant:
+            assert "".join(part.capitalize() for part in option.split("-")) in members, option
+    template = parse_template(LAMBDA_TEMPLATE)["Resources"]
+    granted = {(r["Properties"]["Action"], r["Properties"].get("FunctionUrlAuthType"),
+                r["Properties"].get("InvokedViaFunctionUrl")) for r in template.values()
+               if r["Type"] == "AWS::Lambda::Permission"}
+    assert granted == {("lambda:InvokeFunctionUrl", "NONE", None), ("lambda:InvokeFunction", None, True)}
