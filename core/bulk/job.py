@@ -290,46 +290,80 @@ def prepare_work(work: Path, description: dict) -> None:
 # --- the job --------------------------------------------------------------------------------------------
 
 
-async def run_local(settings, options: JobOptions, progress=None) -> Summary:
-    """The whole job in this process (``--on local``)."""
-    started = time.monotonic()
+@dataclass
+class WorkState:
+    """A job's work folder as found at the start of a run: where it is and the rows already in parts."""
+
+    work: Path
+    description: dict
+    resume: int
+    complete: bool  # every input row is in a part: only the merge is left
+
+
+def begin(settings, options: JobOptions, summary: Summary) -> WorkState | None:
+    """Check the input, the output and the work folder. None: the output is already this job's, whole."""
     if not formats.is_uri(options.input) and not Path(options.input).is_file():
         raise JobError(f"--input {options.input}: no such file")
     description = job_description(settings, options)
-    summary = Summary(output=options.output)
     if not options.overwrite and _output_complete(options.output, description, summary):
-        return summary
+        return None
     work = options.work_folder(settings.cache_dir)
     prepare_work(work, description)
     parts = done_parts(work)
-    resume = parts[-1][1] if parts else 0
-    summary.resumed_from = resume
-    complete = (work / "complete.json").exists()
-    embedder = None
-    if not complete:
-        embedder = await ChunkEmbedder(settings, options, store=_job_store(settings, work)).start()
-        recorded = work / "model.json"
-        model = embedder.model_metadata()
-        if recorded.exists() and json.loads(recorded.read_text())["identity"] != model["identity"]:
-            await embedder.close()
-            raise JobError(f"{work}: its parts were written by another build of the model (identity "
-                           f"{json.loads(recorded.read_text())['identity']}, now {model['identity']}); remove the "
-                           "folder to start again")
-        write_atomic(recorded, lambda p: p.write_text(json.dumps(model, sort_keys=True)))
-        try:
-            await _embed_parts(embedder, options, work, resume, summary, progress)
-        finally:
-            await embedder.close()
-        rows = done_parts(work)[-1][1] if done_parts(work) else 0
-        write_atomic(work / "complete.json", lambda p: p.write_text(json.dumps({"rows": rows})))
-        summary.computed = embedder.cache.misses
-        summary.repeated = embedder.cache.hits - getattr(embedder.cache.store, "shared_hits", 0)
-        summary.from_cache = getattr(embedder.cache.store, "shared_hits", 0)
-    model = json.loads((work / "model.json").read_text())
-    summary.rows = merge_parts(work, options.output, {"job": description, "model": model,
+    summary.resumed_from = parts[-1][1] if parts else 0
+    return WorkState(work, description, summary.resumed_from, (work / "complete.json").exists())
+
+
+def record_model(work: Path, model: dict) -> None:
+    """The model that writes the parts: a resumed job must be embedded by the same build."""
+    recorded = work / "model.json"
+    if recorded.exists():
+        before = json.loads(recorded.read_text())["identity"]
+        if before != model["identity"]:
+            raise JobError(f"{work}: its parts were written by another build of the model (identity {before}, now "
+                           f"{model['identity']}); remove the folder to start again")
+    write_atomic(recorded, lambda p: p.write_text(json.dumps(model, sort_keys=True)))
+
+
+def write_part(work: Path, start: int, ids: list, vectors, metadata: dict, id_name: str) -> None:
+    pq = formats.require("pyarrow.parquet", "bulk")
+    schema = formats.output_schema(id_name, ids[0] if ids else None, vectors, metadata)
+    table = formats.table_of(schema, ids, vectors)
+    write_atomic(work / PART.format(start=start, end=start + len(ids)), lambda p: pq.write_table(table, str(p)))
+
+
+def finish(state: WorkState, options: JobOptions, summary: Summary, started: float) -> Summary:
+    """Every row is in a part: mark it, merge the parts into the output, remove the work folder."""
+    work = state.work
+    if not state.complete:
+        parts = done_parts(work)
+        write_atomic(work / "complete.json", lambda p: p.write_text(json.dumps({"rows": parts[-1][1] if parts else 0})))
+    model = json.loads((work / "model.json").read_text()) if (work / "model.json").exists() else {}
+    summary.rows = merge_parts(work, options.output, {"job": state.description, "model": model,
                                                       "options": options.vector_options()})
     shutil.rmtree(work, ignore_errors=True)
     summary.seconds = time.monotonic() - started
+    return summary
+
+
+async def run_local(settings, options: JobOptions, progress=None) -> Summary:
+    """The whole job in this process (``--on local``)."""
+    started = time.monotonic()
+    summary = Summary(output=options.output)
+    state = begin(settings, options, summary)
+    if state is None:
+        return summary
+    if not state.complete:
+        embedder = await ChunkEmbedder(settings, options, store=_job_store(settings, state.work)).start()
+        try:
+            record_model(state.work, embedder.model_metadata())
+            await _embed_parts(embedder, options, state.work, state.resume, summary, progress)
+        finally:
+            await embedder.close()
+        summary.computed = embedder.cache.misses
+        summary.from_cache = getattr(embedder.cache.store, "shared_hits", 0)
+        summary.repeated = embedder.cache.hits - summary.from_cache
+    finish(state, options, summary, started)
     if progress is not None:
         progress.finish()
     return summary
@@ -361,7 +395,6 @@ def _output_complete(output: str, description: dict, summary: Summary) -> bool:
 
 async def _embed_parts(embedder: ChunkEmbedder, options: JobOptions, work: Path, resume: int, summary: Summary,
                        progress) -> None:
-    pq = formats.require("pyarrow.parquet", "bulk")
     chunks = formats.read_chunks(options.input, fmt=options.format, text_column=options.text_column,
                                  id_column=options.id_column, rows=options.rows_per_part, skip=resume)
     id_name = options.id_column or "id"
@@ -376,12 +409,10 @@ async def _embed_parts(embedder: ChunkEmbedder, options: JobOptions, work: Path,
             break
         next_chunk = asyncio.ensure_future(asyncio.to_thread(next, chunks, None))  # read ahead while embedding
         vectors = await embedder.embed(chunk.texts)
-        schema = formats.output_schema(id_name, chunk.ids[0] if chunk.ids else None, vectors, metadata)
-        table = formats.table_of(schema, chunk.ids, vectors)
-        path = work / PART.format(start=chunk.start, end=chunk.start + len(chunk.texts))
         if writing is not None:
             await writing
-        writing = asyncio.ensure_future(asyncio.to_thread(write_atomic, path, lambda p, t=table: pq.write_table(t, str(p))))
+        writing = asyncio.ensure_future(asyncio.to_thread(write_part, work, chunk.start, chunk.ids, vectors, metadata,
+                                                          id_name))
         summary.rows_this_run += len(chunk.texts)
         if progress is not None:
             progress.update(chunk.start + len(chunk.texts), embedder.cache.misses)
