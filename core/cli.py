@@ -133,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "auto (weights and the ONNX graph when there is one) | " + " | ".join(BACKEND_NAMES))
     download.add_argument("--dtype", default="float32", help="the dtype whose ONNX graph to fetch")
     _add_prepare(sub)
+    from core.bulk.cli import add_embed_parser
+
+    add_embed_parser(sub)
     return parser
 
 
@@ -282,6 +285,10 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update(compat.environ)  # --hf-token, --otlp-endpoint...: for the libraries that read them
     if args.command == "prepare" or (compat is not None and compat.preload_only):
         return prepare(settings)
+    if args.command == "embed":  # a corpus job (core/bulk)
+        from core.bulk.cli import run_embed
+
+        return run_embed(args, settings)
     import uvicorn
 
     from core.api.app import create_app

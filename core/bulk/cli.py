@@ -1,0 +1,119 @@
+"""``python -m core embed --input PATH --output PATH [options]``: the command line of a corpus job
+(core/bulk/job.py). The model and settings come as ``serve``'s do (``--model``, ``TESSERA_*``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from core.bulk.job import EMBEDDING_TYPES, JobError, JobOptions
+
+RUNNERS = ("local", "ray", "modal")
+
+
+def add_embed_parser(sub) -> None:
+    embed = sub.add_parser(
+        "embed", help="embed a corpus (Parquet, JSON Lines, CSV or text lines) into a Parquet file, resumably",
+        description="Embed every row of --input with the configured model (the same engine and settings as "
+                    "`serve`) into --output (Parquet: the id and the vector, with the model's identity and the "
+                    "options in the file's metadata). Killed, the same command resumes; run again once "
+                    "finished, it does nothing. Repeated texts are embedded once. See docs/bulk.md.")
+    io = embed.add_argument_group("input and output")
+    io.add_argument("--input", required=True, help="a local path or s3:// URI (.parquet, .jsonl, .csv/.tsv, or "
+                    "text: one text per line)")
+    io.add_argument("--output", required=True, help="the Parquet file to write (local path or s3:// URI)")
+    io.add_argument("--format", default="auto", help="auto (from the name) | parquet | jsonl | csv | text")
+    io.add_argument("--text-column", default="text", help="the column (field) holding the text (default text)")
+    io.add_argument("--id-column", default=None, help="the column holding each row's id (default: the row number)")
+    io.add_argument("--work-dir", default=None, help="where parts are kept until the output is whole "
+                    "(default OUTPUT.parts; for an s3:// output, under cache_dir)")
+    io.add_argument("--overwrite", action="store_true", help="redo the job even when --output is complete")
+    vec = embed.add_argument_group("what changes the vectors (as /v1/embeddings' options)")
+    vec.add_argument("--model", action="append", default=[], metavar="PATH[:NAME] | path=PATH,KEY=VALUE,...",
+                     help="the model, as `serve --model` (default: TESSERA_MODELS / TESSERA_CONFIG, else the "
+                          "embedded all-MiniLM-L6-v2)")
+    vec.add_argument("--model-name", default=None, help="which configured model, when several are")
+    vec.add_argument("--backend", default=None, help="backend for --model (default auto)")
+    vec.add_argument("--revision", default=None, help="Hub revision for --model")
+    vec.add_argument("--dimensions", type=int, default=None, help="Matryoshka: keep the first N dimensions")
+    vec.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                     help="L2-normalize (default: the model's own)")
+    vec.add_argument("--prompt", default=None, help="literal text put before every text")
+    vec.add_argument("--prompt-name", default=None, help="one of the model's named prompts")
+    vec.add_argument("--no-truncate", dest="truncate", action="store_false",
+                     help="refuse (fail the job on) texts longer than the model's length instead of cutting them")
+    vec.add_argument("--embedding-type", default="float", choices=EMBEDDING_TYPES,
+                     help="float32 vectors, or quantized (int8, uint8, binary, ubinary)")
+    vec.add_argument("--chunking", default=None, metavar="off | on | SIZE[,OVERLAP]",
+                     help="long texts in windows of SIZE tokens overlapping by OVERLAP, one vector per text "
+                          "(default: the model's spec)")
+    run = embed.add_argument_group("how it runs")
+    run.add_argument("--on", default="local", choices=RUNNERS,
+                     help="local: this process; ray: Ray Data (RAY_ADDRESS, else a local Ray); modal: the Modal "
+                          "class (docs/bulk.md)")
+    run.add_argument("--rows-per-part", type=int, default=8192, help="rows per part file (what a resume redoes "
+                     "at most)")
+    run.add_argument("--request-texts", type=int, default=64, help="texts per engine request")
+    run.add_argument("--concurrency", type=int, default=16, help="engine requests in flight")
+    run.add_argument("--actors", type=int, default=None, help="--on ray: model copies (default: one per 2 CPUs)")
+    run.add_argument("--threads", default=None, help="runtime threads (env TESSERA_THREADS)")
+    run.add_argument("--cache-dir", default=None, help="export cache (env TESSERA_CACHE_DIR)")
+    run.add_argument("--embedding-cache", default=None,
+                     help="a shared cache the job reads and fills too: memory | redis://... (env TESSERA_EMBEDDING_CACHE)")
+
+
+def chunking_value(text: str | None):
+    if text is None:
+        return None
+    lowered = text.strip().lower()
+    if lowered in ("off", "false", "no"):
+        return False
+    if lowered in ("on", "true", "yes"):
+        return True
+    size, _, overlap = lowered.partition(",")
+    try:
+        return {"size": int(size), "overlap": int(overlap or 0)}
+    except ValueError:
+        raise JobError(f"--chunking {text!r}: expected off, on, or SIZE[,OVERLAP] in tokens") from None
+
+
+def options_from_args(args: argparse.Namespace) -> JobOptions:
+    return JobOptions(
+        input=args.input, output=args.output, format=args.format, text_column=args.text_column,
+        id_column=args.id_column, model=args.model_name, dimensions=args.dimensions, normalize=args.normalize,
+        prompt=args.prompt, prompt_name=args.prompt_name, truncate=args.truncate,
+        embedding_type=args.embedding_type, chunking=chunking_value(args.chunking),
+        rows_per_part=args.rows_per_part, request_texts=args.request_texts, concurrency=args.concurrency,
+        work_dir=args.work_dir, overwrite=args.overwrite)
+
+
+def run_embed(args: argparse.Namespace, settings) -> int:
+    """The ``embed`` command with ``settings`` parsed at the edge; the summary on stdout."""
+    from core.bulk import formats
+    from core.bulk.progress import Progress
+    from core.errors import TesseraError
+    from core.logs import configure_logging
+
+    configure_logging("warning" if settings.log_level == "info" else settings.log_level, fmt=settings.log_format)
+    try:
+        options = options_from_args(args)
+        if args.on == "ray":
+            from core.bulk.ray_runner import run_ray
+
+            summary = run_ray(settings, options, actors=args.actors)
+        elif args.on == "modal":
+            from core.bulk.modal_runner import run_modal
+
+            summary = run_modal(settings, options)
+        else:
+            from core.bulk.job import run_local
+
+            progress = Progress(total=formats.input_rows(options.input))
+            summary = asyncio.run(run_local(settings, options, progress))
+    except TesseraError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 1
+    for line in summary.lines():
+        print(line, flush=True)
+    return 0

@@ -1,0 +1,225 @@
+"""Reading a corpus and writing its vectors: Parquet, JSON Lines, CSV or plain text lines in (a local path,
+or ``s3://`` and the other URIs pyarrow's filesystems open), Parquet out. Everything streams in record
+batches; nothing holds the corpus."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from core.errors import InvalidInput, require
+
+FORMATS = ("parquet", "jsonl", "csv", "text")
+#: the key of the output file's metadata holding the job's description (model identity, options, ...)
+METADATA_KEY = b"tessera"
+
+
+def pyarrow():
+    return require("pyarrow", "bulk")
+
+
+def detect_format(uri: str, given: str = "auto") -> str:
+    if given != "auto":
+        if given not in FORMATS:
+            raise InvalidInput(f"--format must be auto or one of {', '.join(FORMATS)} (got {given!r})")
+        return given
+    name = uri.lower().removesuffix(".gz").removesuffix(".zst")
+    if name.endswith((".parquet", ".pq")):
+        return "parquet"
+    if name.endswith((".jsonl", ".ndjson", ".json")):
+        return "jsonl"
+    if name.endswith((".csv", ".tsv")):
+        return "csv"
+    return "text"
+
+
+def is_uri(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def open_input(path: str):
+    """A readable binary stream of ``path`` (local, or a URI pyarrow's filesystems know: ``s3://``, ``gs://``)."""
+    pa = pyarrow()
+    if is_uri(path):
+        fs_mod = require("pyarrow.fs", "bulk")
+        fs, inner = fs_mod.FileSystem.from_uri(path)
+        compression = "detect"
+        return fs.open_input_stream(inner, compression=compression)
+    if not Path(path).exists():
+        raise InvalidInput(f"--input {path}: no such file")
+    return pa.input_stream(path, compression="detect")
+
+
+def input_rows(path: str) -> int | None:
+    """The row count where the format says it cheaply (Parquet's footer), else None."""
+    if detect_format(path) != "parquet":
+        return None
+    pq = require("pyarrow.parquet", "bulk")
+    try:
+        return pq.ParquetFile(_random_access(path)).metadata.num_rows
+    except (OSError, ValueError):
+        return None
+
+
+def _random_access(path: str):
+    if is_uri(path):
+        fs_mod = require("pyarrow.fs", "bulk")
+        fs, inner = fs_mod.FileSystem.from_uri(path)
+        return fs.open_input_file(inner)
+    return path
+
+
+@dataclass(slots=True)
+class Chunk:
+    start: int  # the input row number of the first row
+    ids: list  # one per row: the id column's value, or the row number
+    texts: list[str]
+
+
+def read_chunks(path: str, *, fmt: str = "auto", text_column: str = "text", id_column: str | None = None,
+                rows: int = 8192, skip: int = 0) -> Iterator[Chunk]:
+    """The input's rows in chunks of exactly ``rows`` (the last may be shorter), from row ``skip`` on
+    (a resumed job: earlier rows are read past, not returned). Row numbers count every input row (a text
+    file: every line; blank lines are left out but keep their numbers)."""
+    fmt = detect_format(path, fmt)
+    pending_ids: list = []
+    pending_texts: list = []
+    start = skip
+    for first, ids, texts in _batches(path, fmt, text_column, id_column, rows):
+        end = first + len(texts)
+        if end <= skip:
+            continue
+        if first < skip:
+            ids, texts, first = ids[skip - first:], texts[skip - first:], skip
+        pending_ids.extend(ids)
+        pending_texts.extend(texts)
+        while len(pending_texts) >= rows:
+            yield Chunk(start, pending_ids[:rows], pending_texts[:rows])
+            pending_ids, pending_texts = pending_ids[rows:], pending_texts[rows:]
+            start += rows
+    if pending_texts:
+        yield Chunk(start, pending_ids, pending_texts)
+
+
+def _check_texts(texts: list, first: int, ids: list) -> None:
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise InvalidInput(f"row {first + i} (id {ids[i]!r}): the text is {'missing' if text is None else type(text).__name__}, not a string")
+
+
+def _batches(path: str, fmt: str, text_column: str, id_column: str | None, rows: int):
+    """(first row number, ids, texts) per batch, in input order."""
+    if fmt == "text":
+        yield from _text_lines(path, rows)
+        return
+    if fmt == "jsonl":
+        yield from _json_lines(path, text_column, id_column, rows)
+        return
+    columns = [text_column] + ([id_column] if id_column else [])
+    if fmt == "parquet":
+        pq = require("pyarrow.parquet", "bulk")
+        source = pq.ParquetFile(_random_access(path))
+        missing = [c for c in columns if c not in source.schema_arrow.names]
+        if missing:
+            raise InvalidInput(f"--input {path}: no column {missing[0]!r}; its columns: {source.schema_arrow.names}")
+        batches = source.iter_batches(batch_size=rows, columns=columns)
+    else:
+        csv = require("pyarrow.csv", "bulk")
+        pa = pyarrow()
+        delimiter = "\t" if path.lower().removesuffix(".gz").endswith(".tsv") else ","
+        try:
+            batches = csv.open_csv(open_input(path), parse_options=csv.ParseOptions(delimiter=delimiter),
+                                   convert_options=csv.ConvertOptions(include_columns=columns,
+                                                                      column_types={text_column: pa.string()}))
+        except pa.ArrowInvalid as exc:
+            raise InvalidInput(f"--input {path}: {exc}") from None
+    first = 0
+    for batch in batches:
+        texts = batch.column(text_column).to_pylist()
+        ids = batch.column(id_column).to_pylist() if id_column else list(range(first, first + len(texts)))
+        _check_texts(texts, first, ids)
+        yield first, ids, texts
+        first += len(texts)
+
+
+def _text_lines(path: str, rows: int):
+    import io
+
+    stream = io.TextIOWrapper(open_input(path), encoding="utf-8", newline=None)
+    ids, texts, first, number = [], [], 0, 0
+    for line in stream:
+        text = line.rstrip("\n")
+        if text.strip():
+            ids.append(number)
+            texts.append(text)
+        number += 1
+        if len(texts) >= rows:
+            yield first, ids, texts
+            first, ids, texts = first + len(texts), [], []
+    if texts:
+        yield first, ids, texts
+
+
+def _json_lines(path: str, text_column: str, id_column: str | None, rows: int):
+    import io
+
+    stream = io.TextIOWrapper(open_input(path), encoding="utf-8")
+    ids, texts, first, number = [], [], 0, 0
+    for line in stream:
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"--input {path}: line {number + 1} is not JSON ({exc})") from None
+        if not isinstance(record, dict) or text_column not in record:
+            raise InvalidInput(f"--input {path}: line {number + 1} has no {text_column!r} field")
+        if id_column is not None and id_column not in record:
+            raise InvalidInput(f"--input {path}: line {number + 1} has no {id_column!r} field")
+        texts.append(record[text_column])
+        ids.append(record[id_column] if id_column is not None else number)
+        number += 1
+        if len(texts) >= rows:
+            _check_texts(texts, first, ids)
+            yield first, ids, texts
+            first, ids, texts = first + len(texts), [], []
+    if texts:
+        _check_texts(texts, first, ids)
+        yield first, ids, texts
+
+
+def output_schema(id_name: str, sample_id: Any, vectors, metadata: dict):
+    """``id_name`` (the id column's type) and ``embedding``: a fixed-size list of the vectors' type."""
+    pa = pyarrow()
+    import numpy as np
+
+    id_type = pa.array([sample_id]).type if sample_id is not None else pa.int64()
+    if pa.types.is_null(id_type):
+        id_type = pa.string()
+    value_type = pa.from_numpy_dtype(np.asarray(vectors).dtype)
+    width = int(np.asarray(vectors).shape[1])
+    return pa.schema([pa.field(id_name, id_type), pa.field("embedding", pa.list_(value_type, width))],
+                     metadata={METADATA_KEY: json.dumps(metadata, sort_keys=True).encode()})
+
+
+def table_of(schema, ids: list, vectors):
+    pa = pyarrow()
+    import numpy as np
+
+    vectors = np.ascontiguousarray(vectors)
+    flat = pa.array(vectors.reshape(-1), type=schema.field("embedding").type.value_type)
+    column = pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])
+    return pa.Table.from_arrays([pa.array(ids, type=schema.field(0).type), column], schema=schema)
+
+
+def read_metadata(path: str) -> dict | None:
+    """The job description an output file carries (None: not a Tessera output, or unreadable)."""
+    pq = require("pyarrow.parquet", "bulk")
+    try:
+        schema = pq.read_schema(_random_access(path))
+    except (OSError, ValueError):
+        return None
+    raw = (schema.metadata or {}).get(METADATA_KEY)
+    return json.loads(raw) if raw else None

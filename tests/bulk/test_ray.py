@@ -1,0 +1,69 @@
+"""``python -m core embed --on ray``: the job on a real local Ray cluster (2 CPUs, 2 actors)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from core.bulk.job import JobOptions, run_local
+from core.config import Settings
+from tests.bulk.conftest import corpus, write_jsonl
+from tests.bulk.test_embed_job import embed_command, job_env, read
+from tests.support.server import ROOT
+
+ray = pytest.importorskip("ray", reason="the [ray] extra (scripts/bootstrap installs it)")
+
+
+def test_a_ray_job_writes_what_the_local_job_writes_and_resumes_a_killed_one(tmp_path, job_model):
+    import asyncio
+
+    from core.bulk.ray_runner import run_ray
+
+    texts = corpus(900, repeats=90, seed=5)
+    ids = [f"r{i}" for i in range(len(texts))]
+    source = write_jsonl(tmp_path / "c.jsonl", texts, ids)
+    settings = Settings(models=[job_model], threads=1)
+    local = tmp_path / "local.parquet"
+    asyncio.run(run_local(settings, JobOptions(input=str(source), output=str(local), id_column="doc_id",
+                                               rows_per_part=100)))
+
+    # a local job killed after two parts, then finished on Ray: the same work folder, every id once
+    out = tmp_path / "ray.parquet"
+    proc = subprocess.Popen(embed_command(source, out, job_model, "--id-column", "doc_id", "--rows-per-part", "100"),
+                            cwd=ROOT, env=job_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    parts = tmp_path / "ray.parquet.parts"
+    deadline = time.monotonic() + 240
+    while len(list(parts.glob("part-*.parquet"))) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    summary = run_ray(settings, JobOptions(input=str(source), output=str(out), id_column="doc_id", rows_per_part=100),
+                      actors=2, num_cpus=2)
+    assert not ray.is_initialized()  # the job's own Ray was stopped
+    assert summary.resumed_from >= 200 and summary.rows == len(texts)
+    assert summary.rows_this_run == len(texts) - summary.resumed_from
+    table, vectors = read(out)
+    assert table.column("doc_id").to_pylist() == ids
+    np.testing.assert_allclose(vectors, read(local)[1], atol=2e-5)
+    meta = json.loads(table.schema.metadata[b"tessera"])
+    local_meta = json.loads(pq.read_schema(local).metadata[b"tessera"])
+    assert meta["model"]["identity"] == local_meta["model"]["identity"] and meta["job"] == local_meta["job"]
+
+
+def test_the_command_line_runs_on_ray(tmp_path, job_model):
+    texts = corpus(120, seed=9)
+    source = write_jsonl(tmp_path / "c.jsonl", texts)
+    out = tmp_path / "o.parquet"
+    done = subprocess.run(embed_command(source, out, job_model, "--on", "ray", "--actors", "1", "--rows-per-part",
+                                        "50"), cwd=ROOT, env={**job_env(), "TESSERA_THREADS": "1"},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rows: 120 (120 this run, 0 done before)" in done.stdout
+    assert pq.read_table(out).column("id").to_pylist() == list(range(120))
