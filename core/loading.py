@@ -128,6 +128,7 @@ def read_model_info(folder: Path, *, max_length: int | None = None) -> ModelInfo
 MULTIMODAL_ARCHITECTURES = {
     "CLIPModel": "clip",
     "SiglipModel": "clip",
+    "Siglip2Model": "clip",
     "ClapModel": "clap",
     "ColPaliForRetrieval": "colpali",
 }
