@@ -210,3 +210,47 @@ def build_embedding_gemma(out: Path) -> None:
         st = SentenceTransformer(modules=modules, device="cpu")
         st.prompts = dict(GEMMA_PROMPTS)
         st.save(str(out))
+
+
+# --- Stanford ColBERT checkpoints (HF_ColBERT layout: colbert-ir/colbertv2.0, answerai-colbert-small-v1) -----
+
+#: variant → (artifact.metadata settings, weights as pytorch_model.bin)
+STANFORD_COLBERTS = {
+    # colbertv2.0: pytorch_model.bin, [MASK] expansions not attended
+    "colbertv2": ({"query_maxlen": 16, "doc_maxlen": 48, "dim": 16, "attend_to_mask_tokens": False,
+                   "mask_punctuation": True}, True),
+    # a safetensors checkpoint whose queries attend to their [MASK] expansions
+    "attend-masks": ({"query_maxlen": 20, "doc_maxlen": 64, "dim": 12, "attend_to_mask_tokens": True,
+                      "mask_punctuation": True}, False),
+}
+
+
+def build_stanford_colbert(minilm: Path, out: Path, *, variant: str) -> None:
+    """A Stanford ColBERT checkpoint as ColBERT's ``HF_ColBERT.save_pretrained`` writes it: config.json with
+    ``architectures: ["HF_ColBERT"]`` (model_type bert), one weight file holding ``bert.*`` and the projection
+    ``linear.weight`` (dim × hidden, no bias), ``artifact.metadata`` with ColBERT's settings; the MiniLM
+    (BERT uncased) tokenizer, which has ColBERT's [unused0]/[unused1] markers and [MASK]."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+    from transformers import BertModel
+
+    from tests.support.text_models import _bert_config
+
+    meta, as_bin = STANFORD_COLBERTS[variant]
+    torch.manual_seed(71 + len(variant))
+    config = _bert_config(initializer_range=0.1)
+    bert = BertModel(config).eval()
+    state = {f"bert.{k}": v.contiguous() for k, v in bert.state_dict().items()}
+    state["linear.weight"] = torch.randn(meta["dim"], 32) * 0.3
+    config.architectures = ["HF_ColBERT"]
+    config.save_pretrained(out)
+    if as_bin:
+        torch.save(state, out / "pytorch_model.bin")
+    else:
+        save_file(state, str(out / "model.safetensors"))
+    _copy_tokenizer(minilm, out)
+    (out / "artifact.metadata").write_text(json.dumps({
+        "query_token_id": "[unused0]", "doc_token_id": "[unused1]", "query_token": "[Q]", "doc_token": "[D]",
+        "similarity": "cosine", "nbits": 2, "checkpoint": "colbert-ir/colbertv2.0", **meta}, indent=4))
