@@ -35,6 +35,8 @@ _META_SUFFIXES = (".json", ".txt", ".model", ".tiktoken")
 _MODULE_DIR = re.compile(r"\d+_[^/]+")
 #: weights of BGE-M3-style heads beside the encoder (see core/tasks/multi_output.py)
 _HEAD_STEMS = ("sparse_linear", "colbert_linear")
+#: a Stanford ColBERT checkpoint's settings, and its projection beside a converted encoder (every backend)
+_STANFORD_COLBERT_FILES = ("artifact.metadata", "linear.safetensors")
 BACKEND_CHOICES = ("auto", *BACKEND_NAMES)
 
 
@@ -121,7 +123,8 @@ def select_files(files: Iterable[str], *, backend: str = "auto", dtype: str = "f
         raise ModelUnavailable(f"unknown backend {backend!r}; known: {list(BACKEND_CHOICES)}")
     files = set(files)
     root = sorted(f for f in files if "/" not in f)
-    picked = {f for f in root if f.endswith(_META_SUFFIXES)} | set(_module_files(files))
+    picked = ({f for f in root if f.endswith(_META_SUFFIXES) or f in _STANFORD_COLBERT_FILES}
+              | set(_module_files(files)))
     if trust_remote_code:
         picked |= {f for f in root if f.endswith(".py")}
     weights: set[str] = set()

@@ -128,6 +128,7 @@ def read_model_info(folder: Path, *, max_length: int | None = None) -> ModelInfo
 MULTIMODAL_ARCHITECTURES = {
     "CLIPModel": "clip",
     "SiglipModel": "clip",
+    "Siglip2Model": "clip",
     "ClapModel": "clap",
     "ColPaliForRetrieval": "colpali",
 }
@@ -146,11 +147,45 @@ def labels_of(config: dict[str, Any]) -> list[str]:
     return [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(num_labels(config))]
 
 
+#: the settings file of a Stanford ColBERT checkpoint (colbert-ir/colbertv2.0, answerai-colbert-small-v1)
+STANFORD_COLBERT_METADATA = "artifact.metadata"
+
+
+def is_stanford_colbert(folder: Path) -> bool:
+    """A Stanford ColBERT checkpoint (the ``HF_ColBERT`` layout): ``architectures: ["HF_ColBERT"]``, the encoder's
+    weights under ``bert.`` and the projection ``linear.weight`` in the same file, the settings in
+    ``artifact.metadata``."""
+    config = _read_json(Path(folder) / "config.json")
+    return "HF_ColBERT" in (config.get("architectures") or ())
+
+
+def stanford_colbert_settings(folder: Path) -> dict[str, Any]:
+    """A Stanford ColBERT checkpoint's ``artifact.metadata`` as PyLate's settings (the keys of
+    ``config_sentence_transformers.json``), with ColBERT's defaults where it says nothing: the [Q]/[D] marker
+    tokens ``[unused0]``/``[unused1]`` after [CLS], queries padded with [MASK] to ``query_maxlen`` (attended
+    only with ``attend_to_mask_tokens``), documents cut at ``doc_maxlen``, punctuation skipped in documents
+    (``mask_punctuation``)."""
+    import string
+
+    meta = _read_json(Path(folder) / STANFORD_COLBERT_METADATA)
+    return {
+        "query_prefix": meta.get("query_token_id", "[unused0]"),
+        "document_prefix": meta.get("doc_token_id", "[unused1]"),
+        "query_length": int(meta.get("query_maxlen", 32)),
+        "document_length": int(meta.get("doc_maxlen", 180)),
+        "do_query_expansion": True,
+        "attend_to_expansion_tokens": bool(meta.get("attend_to_mask_tokens", False)),
+        "skiplist_words": list(string.punctuation) if meta.get("mask_punctuation", True) else [],
+    }
+
+
 def is_late_interaction(folder: Path) -> bool:
     """A ColBERT-style folder: PyLate / sentence-transformers layout whose config_sentence_transformers.json
-    names a ColBERT model or carries query/document lengths (see docs/text-tasks.md)."""
+    names a ColBERT model or carries query/document lengths, or a Stanford ColBERT checkpoint (``HF_ColBERT``;
+    see docs/text-tasks.md)."""
     st_cfg = _read_json(Path(folder) / "config_sentence_transformers.json")
-    return st_cfg.get("model_type") == "ColBERT" or ("query_length" in st_cfg and "document_length" in st_cfg)
+    return (st_cfg.get("model_type") == "ColBERT" or ("query_length" in st_cfg and "document_length" in st_cfg)
+            or is_stanford_colbert(folder))
 
 
 def is_multi_output(folder: Path) -> bool:

@@ -32,8 +32,9 @@ def _pooled(out: Any) -> Any:
 def _towers(model: Any, feeds: dict) -> dict:
     """Dual encoders (CLIP, SigLIP, CLAP): one head, the tower chosen by the inputs present. A batch holds
     one modality only (the task groups batches by modality), so exactly one tower runs per call."""
-    if "pixel_values" in feeds:
-        out = model.get_image_features(pixel_values=feeds["pixel_values"])
+    if "pixel_values" in feeds:  # SigLIP 2 (NaFlex): the patch mask and each image's patch grid too
+        image = {k: feeds[k] for k in ("pixel_values", "pixel_attention_mask", "spatial_shapes") if k in feeds}
+        out = model.get_image_features(**image)
     elif "input_features" in feeds:
         audio = {k: feeds[k] for k in ("input_features", "is_longer") if k in feeds}
         out = model.get_audio_features(**audio)

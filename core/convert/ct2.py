@@ -88,9 +88,16 @@ def check_against_own_code(src: Path, dst: Path, code: str) -> float:
 @contextlib.contextmanager
 def _converter_view(src: Path, config: dict):
     """The folder the converter reads. transformers 5.x no longer writes ``position_embedding_type`` in
-    BERT/RoBERTa/XLM-R configs and CTranslate2's loaders read it (RoBERTa's asserts "absolute"): such a folder is
-    presented through a temporary view (links to every file, config.json with the key added)."""
-    if config.get("model_type") not in ("bert", "roberta", "xlm-roberta") or "position_embedding_type" in config:
+    BERT/RoBERTa/XLM-R configs and CTranslate2's loaders read it (RoBERTa's asserts "absolute"); CTranslate2 picks
+    its loader by architecture and has none for a Stanford ColBERT checkpoint's ``HF_ColBERT`` (a BERT encoder
+    plus the projection the task runs): such a folder is presented through a temporary view (links to every
+    file, config.json with the key added, ``architectures: ["BertModel"]``)."""
+    changes = {}
+    if config.get("model_type") in ("bert", "roberta", "xlm-roberta") and "position_embedding_type" not in config:
+        changes["position_embedding_type"] = "absolute"
+    if "HF_ColBERT" in (config.get("architectures") or ()):  # a Stanford ColBERT checkpoint: its BERT encoder
+        changes["architectures"] = ["BertModel"]
+    if not changes:
         yield src
         return
     with tempfile.TemporaryDirectory(prefix="tessera-ct2-") as tmp:
@@ -98,7 +105,7 @@ def _converter_view(src: Path, config: dict):
         for path in src.iterdir():
             if path.name != "config.json":
                 (view / path.name).symlink_to(path.resolve())
-        (view / "config.json").write_text(json.dumps({**config, "position_embedding_type": "absolute"}))
+        (view / "config.json").write_text(json.dumps({**config, **changes}))
         yield view
 
 

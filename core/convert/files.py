@@ -39,6 +39,7 @@ def copy_module_weights(src: Path, dst: Path) -> None:
 
             state = torch.load(str(src / f"{head}.pt"), map_location="cpu", weights_only=True)
             save_file({k: v.contiguous() for k, v in state.items()}, str(dst / f"{head}.safetensors"))
+    copy_stanford_projection(src, dst)
     modules_file = src / "modules.json"
     if not modules_file.exists():
         return
@@ -57,3 +58,28 @@ def copy_module_weights(src: Path, dst: Path) -> None:
             state = torch.load(str(folder / "pytorch_model.bin"), map_location="cpu", weights_only=True)
             out.mkdir(parents=True, exist_ok=True)
             save_file({k: v.contiguous() for k, v in state.items()}, str(out / "model.safetensors"))
+
+
+def copy_stanford_projection(src: Path, dst: Path) -> None:
+    """A Stanford ColBERT checkpoint (``HF_ColBERT``) keeps its projection ``linear.weight`` in the encoder's
+    weight file, which a converted folder does not carry: it is written to ``linear.safetensors`` beside the
+    converted encoder (read by ``core/tasks/late_interaction.py``)."""
+    from core.loading import is_stanford_colbert
+
+    if not is_stanford_colbert(src):
+        return
+    from safetensors.numpy import save_file
+
+    if (src / "model.safetensors").exists():
+        from safetensors import safe_open
+
+        with safe_open(str(src / "model.safetensors"), framework="numpy") as f:
+            weight = f.get_tensor("linear.weight") if "linear.weight" in f.keys() else None
+    elif (src / "pytorch_model.bin").exists():
+        torch = require("torch", "export")
+        state = torch.load(str(src / "pytorch_model.bin"), map_location="cpu", weights_only=True)
+        weight = state["linear.weight"].float().numpy() if "linear.weight" in state else None
+    else:
+        weight = None
+    if weight is not None:
+        save_file({"linear.weight": weight.copy()}, str(dst / "linear.safetensors"))

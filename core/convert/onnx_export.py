@@ -31,7 +31,8 @@ from core.loading import custom_code
 log = logging.getLogger(__name__)
 
 #: bumped whenever the graphs this module writes change (part of the export cache's key)
-EXPORTER_VERSION = "1"
+#: (2: encoder-only classes of encoder–decoder configs, bidirectional Gemma 3 masks, custom code refused)
+EXPORTER_VERSION = "2"
 
 
 def load_head_model(src: Path, head_name: str, *, trust_remote_code: bool = False):
@@ -117,13 +118,18 @@ def export_model(model, out_file: Path, head_name: str, *, opset: int = 17) -> N
     if "attention_mask" in sample:  # a padded row, so the trace cannot take an all-ones mask's shortcut
         sample["attention_mask"][1, 5:] = 0
 
+    masks = traceable_masks(model)
+
     class Wrapped(torch.nn.Module):
         def __init__(self, inner):
             super().__init__()
             self.inner = inner
 
         def forward(self, *args):
-            out = head.call(self.inner, dict(zip(names, args)))
+            feeds = dict(zip(names, args))
+            if masks is not None:
+                feeds["attention_mask"] = masks(feeds["attention_mask"])
+            out = head.call(self.inner, feeds)
             return tuple(out[name] for name in head.outputs)
 
     wrapped = Wrapped(model)
@@ -146,6 +152,41 @@ def export_model(model, out_file: Path, head_name: str, *, opset: int = 17) -> N
             opset_version=opset,
             dynamo=False,
         )
+
+
+#: model types whose bidirectional attention masks the exporter builds itself (``traceable_masks``)
+BIDIRECTIONAL_MASKS = frozenset({"gemma3_text"})
+
+
+def traceable_masks(model):
+    """For a model with bidirectional attention over sliding and full layers (EmbeddingGemma:
+    ``Gemma3TextModel``, ``use_bidirectional_attention``): a function from the (batch, seq) padding mask to
+    the per-layer-type additive masks the model's forward takes in place of it (a dict by layer type), built
+    from plain tensor operations. transformers builds the same masks with mask functions that the TorchScript
+    exporter cannot trace (``RuntimeError: unordered_map::at``). As transformers' ``_bidirectional_window_overlay``:
+    a full layer sees every real token; a sliding layer those less than ``sliding_window`` positions away.
+    None for any other model (its own mask code is traced)."""
+    config = getattr(model, "config", None)
+    if (getattr(config, "model_type", None) not in BIDIRECTIONAL_MASKS
+            or not getattr(config, "use_bidirectional_attention", False)):
+        return None
+    import torch
+
+    window = int(config.sliding_window)
+    kinds = set(config.layer_types)
+
+    def masks(attention_mask):
+        blocked = torch.finfo(torch.float32).min
+        keys = attention_mask[:, None, None, :].to(torch.bool)  # (batch, 1, 1, key)
+        full = torch.zeros(keys.shape, dtype=torch.float32).masked_fill(~keys, blocked)
+        pos = torch.arange(attention_mask.shape[1])
+        near = (pos[:, None] - pos[None, :]).abs() < window  # (query, key)
+        out = {"full_attention": full.expand(-1, -1, attention_mask.shape[1], -1)}
+        if "sliding_attention" in kinds:
+            out["sliding_attention"] = full.masked_fill(~near[None, None], blocked)
+        return out
+
+    return masks
 
 
 def head_for_folder(src: Path) -> str:

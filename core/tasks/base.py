@@ -92,6 +92,10 @@ class Task:
         """The labels of the task's scores, by index (TEI's ``/info`` id2label); none by default."""
         return []
 
+    def check_backend(self, backend: str) -> None:
+        """Raise ``Unsupported`` when the chosen backend cannot compute what this task needs of the model
+        (checked at load, before the backend loads); every backend by default."""
+
     def warmup_batches(self, batch_tokens: int, max_batch_size: int) -> list[Mapping[str, np.ndarray]]:
         """Backend inputs of one batch per shape class the batcher will form (run once at load, before
         the model serves); none by default."""

@@ -28,7 +28,7 @@ import numpy as np
 
 from core.config import ModelSpec
 from core.errors import InvalidInput, TooLarge
-from core.loading import DenseModule, ModelInfo
+from core.loading import DenseModule, ModelInfo, is_stanford_colbert, stanford_colbert_settings
 from core.tasks.base import Task
 from core.tasks.dense import DenseLayer
 from core.tasks.embed import EmbedRequest, EmbedResult
@@ -99,6 +99,37 @@ def load_projections(folder: Path) -> list[DenseLayer]:
     return out
 
 
+#: where the converters put a Stanford ColBERT checkpoint's projection beside a converted encoder (the
+#: checkpoint itself keeps it in the encoder's weight file, which a converted folder does not carry)
+STANFORD_PROJECTION_FILE = "linear.safetensors"
+
+
+def load_stanford_projection(folder: Path) -> DenseLayer:
+    """The ``linear.weight`` projection (no bias, no activation) of a Stanford ColBERT checkpoint: from the
+    weight file it shares with the encoder (only that tensor is read from a safetensors file), else from
+    ``linear.safetensors`` beside a converted encoder."""
+    from core.tasks.dense import activation_for, load_torch_state
+
+    for name in ("model.safetensors", STANFORD_PROJECTION_FILE):
+        if (folder / name).exists():
+            from safetensors import safe_open
+
+            with safe_open(str(folder / name), framework="numpy") as f:
+                if "linear.weight" in f.keys():
+                    weight = f.get_tensor("linear.weight")
+                    break
+    else:
+        if not (folder / "pytorch_model.bin").exists():
+            raise InvalidInput(f"{folder}: a Stanford ColBERT checkpoint (HF_ColBERT) without its projection "
+                               f"(linear.weight in model.safetensors, pytorch_model.bin or {STANFORD_PROJECTION_FILE})")
+        state = load_torch_state(folder / "pytorch_model.bin", written_by=STANFORD_PROJECTION_FILE)
+        if "linear.weight" not in state:
+            raise InvalidInput(f"{folder}/pytorch_model.bin has no 'linear.weight' (the ColBERT projection)")
+        weight = state["linear.weight"]
+    identity = activation_for("torch.nn.modules.linear.Identity", folder)
+    return DenseLayer(np.ascontiguousarray(weight, dtype=np.float32), None, identity, None, False)
+
+
 def maxsim(query: np.ndarray, document: np.ndarray) -> float:
     if query.shape[0] == 0 or document.shape[0] == 0:
         return 0.0
@@ -115,13 +146,19 @@ class LateInteractionTask(Task):
         self.info = info
         self.spec = spec
         self.tokenizer = TextTokenizer(info.folder, info.max_length)
-        self.projections = load_projections(info.folder)
-        cfg = _read(info.folder / "config_sentence_transformers.json")
+        if is_stanford_colbert(info.folder):
+            self.projections = [load_stanford_projection(info.folder)]
+            cfg = stanford_colbert_settings(info.folder)
+        else:
+            self.projections = load_projections(info.folder)
+            cfg = _read(info.folder / "config_sentence_transformers.json")
         self.query_prefix = cfg.get("query_prefix")
         self.document_prefix = cfg.get("document_prefix")
         self.query_length = min(int(cfg.get("query_length") or info.max_length), info.max_length)
         self.document_length = min(int(cfg.get("document_length") or info.max_length), info.max_length)
         self.expand_queries = bool(cfg.get("do_query_expansion", False))
+        #: PyLate's attend_to_expansion_tokens (ColBERT's attend_to_mask_tokens): the [MASK] expansions are attended
+        self.attend_expansions = bool(cfg.get("attend_to_expansion_tokens", False))
         words = cfg.get("skiplist_words", list(string.punctuation))
         self.skip_ids = frozenset(
             tid for w in words if (tid := self.tokenizer.token_to_id(w)) is not None
@@ -131,6 +168,19 @@ class LateInteractionTask(Task):
             raise InvalidInput(f"{info.folder}: query expansion needs a [MASK] token")
         self.special_ids = self.tokenizer.special_ids
         self.dimension = self.projections[-1].weight.shape[0] if self.projections else info.dimension
+
+    def check_backend(self, backend: str) -> None:
+        """CTranslate2's encoder takes sequence lengths, not a mask: positions past a row's length are padding to
+        it, so the vectors of [MASK] expansions that are kept but not attended (ColBERT's and PyLate's default)
+        cannot be had from it (they came out different on the test checkpoints)."""
+        if backend == "ct2" and self.expand_queries and not self.attend_expansions:
+            from core.errors import Unsupported
+
+            raise Unsupported(
+                f"model {self.spec.served_name!r}: its queries are padded with [MASK] tokens that are not attended "
+                "but whose vectors are kept (ColBERT query expansion); CTranslate2's encoder runs only the "
+                "attended positions, so it cannot compute them. Serve it with backend 'torch' or 'onnx'",
+                code="unsupported_architecture")
 
     # tokenization ------------------------------------------------------------------------------
     def _items(self, texts: Sequence[str], *, is_query: bool, truncate: bool) -> list[TokenItem]:
@@ -159,6 +209,8 @@ class LateInteractionTask(Task):
             attend = ids.size
             if is_query and self.expand_queries and ids.size < limit:
                 ids = np.concatenate([ids, np.full(limit - ids.size, self.mask_id, np.int64)])
+                if self.attend_expansions:
+                    attend = ids.size
             if is_query:
                 keep = np.ones(ids.size, dtype=bool)
             else:

@@ -119,3 +119,28 @@ def build_siglip(out: Path) -> None:
     model.save_pretrained(out)
     image_processor = SiglipImageProcessorPil(size={"height": 32, "width": 32})
     SiglipProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(out)
+
+
+def build_siglip2(out: Path) -> None:
+    """SigLIP 2 (NaFlex layout: ``Siglip2Model``): images are cut into at most ``max_num_patches`` (256) patches at
+    their own aspect ratio, with ``pixel_attention_mask`` and ``spatial_shapes`` beside the pixels; text is
+    padded to ``max_length`` as in SigLIP; Gemma-style tokenizer."""
+    import torch
+    from transformers import GemmaTokenizer, Siglip2Config, Siglip2ImageProcessorPil, Siglip2Model, Siglip2Processor
+
+    torch.manual_seed(0)
+    alphabet = ["▁"] + [chr(c) for c in range(33, 127)] + [f"<0x{b:02X}>" for b in range(256)]
+    merges = _bpe_merges(["▁" + w for w in _WORDS])
+    vocab = _vocab_from(alphabet, merges, ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"])
+    tokenizer = GemmaTokenizer(vocab=vocab, merges=merges, model_max_length=16, padding_side="right")
+    config = Siglip2Config(
+        text_config=dict(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, max_position_embeddings=16, pad_token_id=0),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           num_patches=256, patch_size=16),
+    )
+    model = Siglip2Model(config).eval()
+    model.save_pretrained(out)
+    # the published patch size and patch budget (the processor's call defaults to them as well)
+    image_processor = Siglip2ImageProcessorPil(patch_size=16, max_num_patches=256)
+    Siglip2Processor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(out)

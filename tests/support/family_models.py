@@ -147,3 +147,110 @@ def build_nomic_style(minilm: Path, out: Path) -> None:
         "AutoConfig": "nomic-ai/nomic-bert-2048--configuration_hf_nomic_bert.NomicBertConfig",
         "AutoModel": "nomic-ai/nomic-bert-2048--modeling_hf_nomic_bert.NomicBertModel"})
     (out / "config.json").write_text(json.dumps(config, indent=2))
+
+
+# --- Gemma 3 embedders (EmbeddingGemma layout) ---------------------------------------------------------------
+
+#: EmbeddingGemma's prompts (config_sentence_transformers.json), a subset
+GEMMA_PROMPTS = {"query": "task: search result | query: ", "document": "title: none | text: ",
+                 "Clustering": "task: clustering | query: "}
+
+
+def build_gemma_tokenizer(out: Path) -> None:
+    """A byte-level BPE trained on the test sentences with Gemma's special tokens (<pad> = 0, <eos>, <bos>),
+    adding <bos> before and <eos> after each text as EmbeddingGemma's tokenizer does; pads on the right."""
+    import json
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    from tests.support.sentences import SENTENCES
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=700, special_tokens=["<pad>", "<eos>", "<bos>", "<unk>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(list(SENTENCES) + list(GEMMA_PROMPTS.values()), trainer)
+    bos, eos = tok.token_to_id("<bos>"), tok.token_to_id("<eos>")
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A <eos>", pair="<bos> $A <eos> $B <eos>",
+                                                       special_tokens=[("<bos>", bos), ("<eos>", eos)])
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<bos>", "eos_token": "<eos>",
+        "pad_token": "<pad>", "unk_token": "<unk>", "padding_side": "right", "model_max_length": 2048}))
+
+
+def build_embedding_gemma(out: Path) -> None:
+    """EmbeddingGemma: ``Gemma3TextModel`` with bidirectional attention (sliding and full layers; a short
+    sliding window, so the test texts cross it) → mean Pooling → Dense (up) → Dense (down) → Normalize, with
+    query/document prompts; saved by sentence-transformers."""
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+    from tokenizers import Tokenizer
+    from transformers import Gemma3TextConfig, Gemma3TextModel
+
+    with tempfile.TemporaryDirectory() as tmp:
+        hf = Path(tmp)
+        build_gemma_tokenizer(hf)
+        vocab = Tokenizer.from_file(str(hf / "tokenizer.json")).get_vocab_size()
+        torch.manual_seed(61)
+        config = Gemma3TextConfig(
+            vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8, max_position_embeddings=2048, sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"], use_bidirectional_attention=True,
+            query_pre_attn_scalar=8, pad_token_id=0, eos_token_id=1, bos_token_id=2, initializer_range=0.2,
+            rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                             "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}})
+        model = Gemma3TextModel(config).eval()
+        model.save_pretrained(hf)
+        transformer = models.Transformer(str(hf), max_seq_length=256)
+        modules = [transformer, models.Pooling(32, pooling_mode="mean"),
+                   _dense(torch, models, 32, 96, bias=False, activation=torch.nn.Identity()),
+                   _dense(torch, models, 96, 24, bias=False, activation=torch.nn.Identity()), models.Normalize()]
+        st = SentenceTransformer(modules=modules, device="cpu")
+        st.prompts = dict(GEMMA_PROMPTS)
+        st.save(str(out))
+
+
+# --- Stanford ColBERT checkpoints (HF_ColBERT layout: colbert-ir/colbertv2.0, answerai-colbert-small-v1) -----
+
+#: variant → (artifact.metadata settings, weights as pytorch_model.bin)
+STANFORD_COLBERTS = {
+    # colbertv2.0: pytorch_model.bin, [MASK] expansions not attended
+    "colbertv2": ({"query_maxlen": 16, "doc_maxlen": 48, "dim": 16, "attend_to_mask_tokens": False,
+                   "mask_punctuation": True}, True),
+    # a safetensors checkpoint whose queries attend to their [MASK] expansions
+    "attend-masks": ({"query_maxlen": 20, "doc_maxlen": 64, "dim": 12, "attend_to_mask_tokens": True,
+                      "mask_punctuation": True}, False),
+}
+
+
+def build_stanford_colbert(minilm: Path, out: Path, *, variant: str) -> None:
+    """A Stanford ColBERT checkpoint as ColBERT's ``HF_ColBERT.save_pretrained`` writes it: config.json with
+    ``architectures: ["HF_ColBERT"]`` (model_type bert), one weight file holding ``bert.*`` and the projection
+    ``linear.weight`` (dim × hidden, no bias), ``artifact.metadata`` with ColBERT's settings; the MiniLM
+    (BERT uncased) tokenizer, which has ColBERT's [unused0]/[unused1] markers and [MASK]."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+    from transformers import BertModel
+
+    from tests.support.text_models import _bert_config
+
+    meta, as_bin = STANFORD_COLBERTS[variant]
+    torch.manual_seed(71 + len(variant))
+    config = _bert_config(initializer_range=0.1)
+    bert = BertModel(config).eval()
+    state = {f"bert.{k}": v.contiguous() for k, v in bert.state_dict().items()}
+    state["linear.weight"] = torch.randn(meta["dim"], 32) * 0.3
+    config.architectures = ["HF_ColBERT"]
+    config.save_pretrained(out)
+    if as_bin:
+        torch.save(state, out / "pytorch_model.bin")
+    else:
+        save_file(state, str(out / "model.safetensors"))
+    _copy_tokenizer(minilm, out)
+    (out / "artifact.metadata").write_text(json.dumps({
+        "query_token_id": "[unused0]", "doc_token_id": "[unused1]", "query_token": "[Q]", "doc_token": "[D]",
+        "similarity": "cosine", "nbits": 2, "checkpoint": "colbert-ir/colbertv2.0", **meta}, indent=4))

@@ -36,6 +36,12 @@ def test_torch_falls_back_to_bin_checkpoints_and_takes_shards_and_heads():
                                                                  "sparse_linear.pt"}
 
 
+def test_stanford_colbert_settings_and_projection_are_fetched_for_every_backend():
+    repo = META + ["artifact.metadata", "pytorch_model.bin", "onnx/model.onnx", "linear.safetensors", "ct2/model.bin"]
+    for backend in ("torch", "onnx", "ct2"):
+        assert {"artifact.metadata", "linear.safetensors"} <= set(select_files(repo, backend=backend))
+
+
 @pytest.mark.parametrize("dtype, graph", [("float32", "onnx/model.onnx"), ("int8", "onnx/model_int8.onnx"),
                                           ("float16", "onnx/model_fp16.onnx")])
 def test_onnx_takes_the_graph_for_the_dtype_and_its_external_data(dtype, graph):
