@@ -149,6 +149,7 @@ def docker_run_serve(path: Path) -> tuple[Image, list[str]]:
 
 def test_every_dockerfile_is_found():
     assert set(SAGEMAKER) <= set(DOCKERFILES) and "adapters/lambda/Dockerfile" in DOCKERFILES
+    assert "Dockerfile" in DOCKERFILES  # the CPU image at the root (hadolint runs on it below)
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES)
@@ -434,3 +435,93 @@ def test_lambda_runtime_would_start_tessera():
         name = canonicalize_name(req.name)
         assert name in pins, f"adapters/lambda/requirements.txt: {spec} is not installed"
         assert req.specifier.contains(pins[name], prereleases=True), f"{name}=={pins[name]} breaks {spec}"
+
+
+# --- the root image (CPU, local and Kubernetes): `docker run -p 8000:8000 IMAGE --model-id ...` --------------
+
+ROOT_IMAGE = ROOT / "Dockerfile"
+CPU_REQUIREMENTS = ROOT / "docker/requirements-cpu.txt"
+
+
+def _healthcheck(stage) -> tuple[str, list[str]]:
+    [rest] = [rest for word, rest in stage if word == "HEALTHCHECK"]
+    options, _, command = rest.partition("CMD")
+    parsed = json.loads(command)
+    assert isinstance(parsed, list), "HEALTHCHECK CMD in exec form"
+    return options, parsed
+
+
+def test_root_image_runs_tessera_as_a_user_with_a_cache_volume_and_a_healthcheck():
+    stage = final_stage(ROOT_IMAGE)
+    image = Image(stage)
+    assert exec_form(stage, "ENTRYPOINT") == ["tessera"] and exec_form(stage, "CMD") == ["serve"]
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["tessera"] == "core.cli:main"
+    assert any("pip install --no-cache-dir --no-deps ." in run for run in image.runs)
+    assert image.repo_file(image.workdir / "core/cli.py") == ROOT / "core/cli.py"
+    # an unprivileged user, set after every RUN, who owns the volume
+    words = [word for word, _ in stage]
+    users = [rest for word, rest in stage if word == "USER"]
+    assert users and users[-1] not in ("root", "0") and words.index("USER") > max(
+        i for i, w in enumerate(words) if w == "RUN")
+    assert any(f"useradd --create-home --uid {users[-1]}" in run and "chown tessera /cache" in run for run in image.runs)
+    # the export cache and the Hub cache on the volume
+    [volume] = [rest for word, rest in stage if word == "VOLUME"]
+    assert json.loads(volume) == ["/cache"]
+    assert image.env["TESSERA_CACHE_DIR"].startswith("/cache/") and image.env["HF_HOME"].startswith("/cache/")
+    # listening where `-p 8000:8000` reaches it
+    assert image.env["TESSERA_HOST"] == "0.0.0.0" and image.env["TESSERA_PORT"] == "8000"
+    assert [rest for word, rest in stage if word == "EXPOSE"] == ["8000"]
+    options, command = _healthcheck(stage)
+    assert "--start-period" in options and command == ["python", "-m", "core.healthcheck"]
+    assert image.repo_file(image.workdir / "core/healthcheck.py") == ROOT / "core/healthcheck.py"
+
+
+def test_root_image_packages_are_pinned_and_cover_what_it_serves():
+    stage = final_stage(ROOT_IMAGE)
+    image = Image(stage)
+    assert image.repo_file(image.workdir / "requirements-cpu.txt") == CPU_REQUIREMENTS
+    assert any("pip install --no-cache-dir -r requirements-cpu.txt" in run for run in image.runs)
+    pins = {}
+    for line in CPU_REQUIREMENTS.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            req = Requirement(line)
+            specs = list(req.specifier)
+            assert len(specs) == 1 and specs[0].operator == "==", f"not pinned: {line}"
+            pins[canonicalize_name(req.name)] = specs[0].version
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    needed = (project["dependencies"] + extras["onnx"] + extras["hub"] + extras["media"] + extras["default-model"]
+              + [s for s in extras["torch"] if not s.startswith("torch")])
+    for spec in needed:
+        req = Requirement(spec)
+        name = canonicalize_name(req.name)
+        assert name in pins, f"docker/requirements-cpu.txt: {spec} is not installed"
+        assert req.specifier.contains(pins[name], prereleases=True), f"{name}=={pins[name]} breaks {spec}"
+    assert "torch" not in pins  # from the CPU wheel index, first
+    assert any('--index-url "${TORCH_INDEX_URL}" "${TORCH_SPEC}"' in run for run in image.runs)
+
+
+@pytest.mark.slow
+def test_what_docker_run_with_a_tei_command_line_runs_serves_and_is_healthy(minilm_onnx_dir, tmp_path):
+    """``docker run -p 8000:8000 IMAGE --model-id MODEL --port N``: the ENTRYPOINT with those arguments,
+    under the image's environment (its cache paths moved under tmp_path), serves; the HEALTHCHECK's command,
+    reading the server's command line as it would read PID 1's, finds it healthy on that port."""
+    from core import healthcheck
+    from tests.support.server import environ_without_settings, free_port, running_process
+
+    stage = final_stage(ROOT_IMAGE)
+    image = Image(stage)
+    port = free_port()
+    argv = [*exec_form(stage, "ENTRYPOINT"), "--model-id", str(minilm_onnx_dir), "--port", str(port)]
+    env = {**environ_without_settings(), **image.env, "TESSERA_HOST": "127.0.0.1", "TESSERA_THREADS": "2",
+           "TESSERA_CACHE_DIR": str(tmp_path / "cache/tessera"), "HF_HOME": str(tmp_path / "cache/huggingface"),
+           "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    command = [str(Path(sys.executable).parent / argv[0]), *argv[1:]]
+    cmdline = tmp_path / "cmdline"
+    cmdline.write_bytes(b"\0".join(a.encode() for a in ["/usr/local/bin/python", *command]) + b"\0")
+    with running_process(command, env, port=port, name="root-image") as (base, _proc):
+        assert healthcheck.main(proc_cmdline=cmdline) == 0
+    assert healthcheck.main(proc_cmdline=cmdline) == 1  # stopped: unhealthy
+    assert healthcheck.health_url(["tessera", "v2", "--port=7997", "--url-prefix", "v2"], {}) == (
+        "http://127.0.0.1:7997/v2/health")
