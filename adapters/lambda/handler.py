@@ -66,8 +66,6 @@ import importlib.util
 import logging
 import math
 import os
-import random
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -85,6 +83,7 @@ from core.config import ModelSpec, Settings, default_model_path, settings_from_e
 from core.engine import Registry  # noqa: E402
 from core.errors import InvalidInput, MissingDependency, TesseraError, TooLarge, require  # noqa: E402
 from core.logs import configure_logging  # noqa: E402
+from core.snapshot import reseed_random  # noqa: E402
 from core.tasks.embed import EmbedTask  # noqa: E402
 from core.tracing import tracer_from_env  # noqa: E402
 
@@ -396,10 +395,7 @@ def before_snapshot(registry: Registry) -> None:
 def after_restore() -> None:
     """Fresh random state for this environment: every environment restored from one snapshot starts with
     the same generator state, which must not be shared (numpy's global generator too, when loaded)."""
-    random.seed()
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        numpy.random.seed()
+    reseed_random()  # core/snapshot.py, shared with the Modal app's restore hook
     log.info("after restore: random state re-seeded")
 
 

@@ -38,7 +38,9 @@ rotating them would mean a redeploy. Put them in a Modal Secret::
 Cold start: the snapshot hook loads every model's weights on the CPU (torch models on a GPU are
 loaded there and moved after restore; ONNX/CTranslate2 models on a GPU load after restore, their
 runtimes bind weights to the device), so a container restored from the memory snapshot skips the
-imports and the weight reads. Modal's GPU memory snapshots (alpha) are not used.
+imports and the weight reads. Modal's GPU memory snapshots (alpha) are not used. After restore the random generators are
+re-seeded, a model whose files on the Volume changed since the snapshot is loaded again from them, and
+the host's NVIDIA driver is checked against torch's CUDA build (``check_cuda_driver``).
 
 Importing this module needs neither Modal credentials nor a GPU: Modal objects are only declared here.
 """
@@ -116,6 +118,34 @@ def check_cuda_driver(specs, environ) -> None:
         raise StartupFailed(f"{check.line()}: {check.problem}")
 
 
+def weights_identity(spec, environ) -> str:
+    """What the snapshot's copy of a model's weights is checked against after restore: a hash over the files
+    the spec reads (its folder, or for a Hub id its cache folder on the Volume, refs included; an
+    ``onnx_file`` elsewhere): each one's path, size and modification time, and the contents of the small
+    ones (configs, refs). Modal's docs: a memory snapshot does not follow later changes to a Volume; a model
+    re-seeded in place would otherwise keep serving the snapshot's weights, since only specs are compared."""
+    import hashlib
+    from pathlib import Path
+
+    root = Path(str(spec.path))
+    if not root.exists() and not root.is_absolute() and str(spec.path).count("/") == 1:  # a Hub id
+        root = Path(environ.get("HF_HOME", HF_HOME)) / "hub" / f"models--{str(spec.path).replace('/', '--')}"
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    if getattr(spec, "onnx_file", None):
+        files.append(Path(str(spec.onnx_file)))
+    digest = hashlib.sha256()
+    for path in files:
+        try:
+            stat = path.stat()
+        except OSError:
+            digest.update(f"{path}\0missing\n".encode())
+            continue
+        digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        if stat.st_size <= 1 << 20:
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def fail_start(registry) -> None:
     """Modal has no health check to keep a broken container out of rotation: a model that failed to
     load fails the container's start (Modal reports the error and starts another), instead of a
@@ -160,19 +190,27 @@ class Tessera:
                 self.staged[spec.served_name] = staged
         self.snapshot_registry = (Registry.from_settings(settings.model_copy(update={"models": list(self.staged.values())}))
                                   if self.staged else Registry())
+        # the weights the snapshot holds, to compare after restore (the Volume may have changed since)
+        self.staged_identity = {name: weights_identity(spec, os.environ) for name, spec in self.staged.items()}
         fail_start(self.snapshot_registry)  # no snapshot of a container that cannot serve
 
     @modal.enter(snap=False)
     def load(self) -> None:
-        """After the snapshot, with the GPU attached: read the settings as the container now runs (Modal
-        updates the environment on restore, so a rotated Secret is seen without a new snapshot), move the
-        staged models to their device and load the rest there."""
+        """After the snapshot, with the GPU attached: re-seed the random generators, read the settings as the
+        container now runs (Modal updates the environment on restore, so a rotated Secret is seen without a
+        new snapshot), move the staged models to their device and load the rest there: a model whose files
+        on the Volume changed since the snapshot (``weights_identity``) is loaded again from them."""
         from core.backends.registry import resolve_name
         from core.config import settings_from_env
         from core.engine import Engine, FailedModel, Registry
         from core.errors import TesseraError
         from core.logs import configure_logging
 
+        import logging
+
+        from core.snapshot import reseed_random
+
+        reseed_random()  # every container restored from one snapshot would otherwise share the generators' state
         self.settings = settings_from_env(os.environ)  # the serving edge: once, here
         configure_logging(self.settings.log_level)
         check_cuda_driver(self.settings.model_specs(), os.environ)  # GPU attached now: before any move
@@ -181,6 +219,11 @@ class Tessera:
             name = spec.served_name
             if name not in self.staged or stage_spec(spec, resolve_name(spec)) != self.staged[name]:
                 rest.append(spec)  # not staged, or staged from another spec: load it on its device now
+            elif weights_identity(spec, os.environ) != self.staged_identity.get(name):
+                logging.getLogger("tessera.modal").warning(
+                    "model %s: its files changed on the Volume since the memory snapshot: loaded again from there",
+                    name)
+                rest.append(spec)
             elif name in staged.failed:
                 registry.failed[name] = FailedModel(spec, staged.failed[name].error)
             else:

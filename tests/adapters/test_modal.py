@@ -557,3 +557,85 @@ def test_restore_checks_the_driver_against_the_cuda_build(modal_module, minilm_d
     finally:
         MODAL_ENV.clear()
         MODAL_ENV.update(saved)
+
+
+# --- memory snapshot vs the Volume: the weights' identity, checked after restore; fresh random state -----------
+# Modal's memory-snapshot guide: changes to a Volume after a snapshot are not reflected in it (and deleting
+# files it referenced breaks restores). A model re-seeded in place under the same spec must not keep serving
+# the snapshot's weights.
+
+def _model_copy(minilm_dir, target):
+    target.mkdir()
+    for item in minilm_dir.iterdir():
+        if item.name == "model.safetensors":
+            import shutil
+
+            shutil.copy(item, target / item.name)
+        else:
+            (target / item.name).symlink_to(item)
+    return target
+
+
+def _embed(module, obj, texts, name):
+    return asyncio.run(module.Tessera._get_partial_functions()["embed_shard"]._get_raw_f()(obj, texts, name))
+
+
+def test_a_model_reseeded_on_the_volume_after_the_snapshot_is_loaded_again(modal_module, minilm_dir, tmp_path):
+    import os
+
+    from safetensors.torch import load_file, save_file
+
+    from core.config import ModelSpec, Settings
+    from core.engine import Registry
+    from core.inprocess import AsyncEngine
+
+    folder = _model_copy(minilm_dir, tmp_path / "model")
+    spec = {"path": str(folder), "name": "reseeded", "backend": "torch", "device": "cpu"}
+    texts = ["A man is eating food.", "Un homme mange."]
+    saved = dict(MODAL_ENV)
+    MODAL_ENV.update({"TESSERA_MODELS": json.dumps([spec])})
+    try:
+        unchanged = modal_snapshot_phase(modal_module)
+        kept = unchanged.snapshot_registry.engines["reseeded"].backend
+        modal_restore_phase(unchanged)  # the Volume as it was: the snapshot's weights are served
+        assert unchanged.registry.engines["reseeded"].backend is kept
+
+        obj = modal_snapshot_phase(modal_module)
+        stale = obj.snapshot_registry.engines["reseeded"].backend
+        # the model is re-seeded in place (same path, same spec) after the snapshot was taken
+        state = load_file(str(folder / "model.safetensors"))
+        state = {k: (v * 0.5 if v.is_floating_point() and v.dim() == 2 else v) for k, v in state.items()}
+        save_file(state, str(tmp_path / "new.safetensors"), metadata={"format": "pt"})
+        os.replace(tmp_path / "new.safetensors", folder / "model.safetensors")
+        modal_restore_phase(obj)
+        assert obj.registry.engines["reseeded"].backend is not stale
+        served = _embed(modal_module, obj, texts, "reseeded")
+    finally:
+        MODAL_ENV.clear()
+        MODAL_ENV.update(saved)
+    settings = Settings(models=[ModelSpec(path=folder, name="ref", backend="torch")])
+    reference = asyncio.run(AsyncEngine(settings, Registry.from_settings(settings)).embed(texts, "ref"))
+    assert float(abs(served - reference).max()) < 1e-5  # the Volume's weights now, not the snapshot's
+    original = Settings(models=[ModelSpec(path=minilm_dir, name="orig", backend="torch")])
+    first = asyncio.run(AsyncEngine(original, Registry.from_settings(original)).embed(texts, "orig"))
+    assert float(abs(served - first).max()) > 1e-3
+
+
+def test_restore_reseeds_the_random_generators(modal_module):
+    """Every container restored from one snapshot starts with the snapshot's generator state: the restore
+    hook draws fresh seeds (random, numpy, torch), as the Lambda adapter's after-restore hook does."""
+    import random
+
+    import numpy
+    import torch
+
+    obj = modal_snapshot_phase(modal_module)
+    random.seed(1234)
+    numpy.random.seed(1234)
+    torch.manual_seed(1234)
+    same = (random.Random(1234).random(), numpy.random.RandomState(1234).random_sample(),
+            float(torch.rand(1, generator=torch.Generator().manual_seed(1234))))
+    modal_restore_phase(obj)
+    assert random.random() != same[0]
+    assert numpy.random.random_sample() != same[1]
+    assert float(torch.rand(1)) != same[2]
