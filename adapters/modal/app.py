@@ -4,7 +4,7 @@
     modal run adapters/modal/app.py::seed_volume            # one-off: put the default model on the Volume
     modal run adapters/modal/app.py::seed_volume --model BAAI/bge-small-en-v1.5   # or a Hub model (its cache)
     modal volume put tessera-models ./my-model /my-model    # or upload any local model folder
-    modal run adapters/modal/app.py::bulk --input texts.txt --output vectors.npy   # bulk job, .map over shards
+    modal run adapters/modal/app.py::bulk --input corpus.parquet --output vectors.parquet   # a corpus job (docs/bulk.md)
 
 Run from the repository root (``add_local_python_source`` ships the local ``core`` package and
 ``adapters/modal/settings.py``). This file is the edge: every knob is an environment variable, parsed
@@ -47,7 +47,6 @@ Importing this module needs neither Modal credentials nor a GPU: Modal objects a
 
 from __future__ import annotations
 
-import json
 import os
 
 import modal
@@ -252,13 +251,21 @@ class Tessera:
         return create_app(self.settings, registry=self.registry)
 
     @modal.method()
-    async def embed_shard(self, texts: list[str], model: str | None = None):
-        """Bulk path: embed one shard without HTTP (float32 array, one row per text), through the same
-        batcher as the web requests, so concurrent shards share its token budget instead of each
-        running the model at once."""
+    async def embed_shard(self, texts: list[str], model: str | None = None, options: dict | None = None):
+        """Bulk path: embed one shard without HTTP (one row per text; float32, or the ``embedding_type`` of
+        ``options``, which are /v1/embeddings' vector options), through the same batcher as the web
+        requests, so concurrent shards share its token budget instead of each running the model at once."""
         from core.inprocess import AsyncEngine
 
-        return await AsyncEngine(self.settings, self.registry).embed(texts, model)
+        return await AsyncEngine(self.settings, self.registry).embed(texts, model, **(options or {}))
+
+    @modal.method()
+    async def describe_model(self, model: str | None = None) -> dict:
+        """The served model's name, identity (a hash of what is served), backend, dtype and dimension: what a
+        bulk job records in its output (core/bulk/modal_runner.py)."""
+        from core.bulk.modal_runner import describe_engine
+
+        return await describe_engine(self.settings, self.registry, model)
 
 
 @app.function(volumes={MODELS_DIR: volume}, timeout=900)
@@ -291,56 +298,25 @@ def seed_volume(name: str = DEFAULT_MODEL, model: str = "", revision: str = "", 
     return str(target)
 
 
-def read_texts(path: str) -> list[str]:
-    """One text per line; JSON lines with a ``text`` field are also read."""
-    texts = []
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            line = line.rstrip("\n")
-            if line.startswith("{"):
-                line = json.loads(line)["text"]
-            if line:
-                texts.append(line)
-    return texts
-
-
-def shards(texts: list[str], size: int) -> list[list[str]]:
-    return [texts[i:i + size] for i in range(0, len(texts), size)]
-
-
-def write_rows(output: str, parts, rows: int) -> tuple[int, int]:
-    """Write shard results, arriving in input order, into one ``.npy`` file of ``rows`` rows as they come
-    (a memory-mapped file: neither all shards nor a concatenated copy are held in memory)."""
-    import numpy as np
-
-    array, done = None, 0
-    for part in parts:
-        part = np.asarray(part, np.float32)
-        if array is None:
-            array = np.lib.format.open_memmap(output, mode="w+", dtype=np.float32, shape=(rows, part.shape[1]))
-        if done + len(part) > rows:
-            raise ValueError(f"the shards hold more than the {rows} rows of the input")
-        array[done:done + len(part)] = part
-        done += len(part)
-    if done != rows:
-        raise ValueError(f"the shards hold {done} rows; the input has {rows}")
-    if array is None:
-        np.save(output, np.zeros((0, 0), np.float32))
-        return (0, 0)
-    array.flush()
-    return array.shape
-
-
 @app.local_entrypoint()
-def bulk(input: str, output: str = "embeddings.npy", shard_size: int = 2048, model: str = "") -> None:
-    """Embed a text file on the GPU class, ``.map`` over shards, one row per line in the file's order.
+def bulk(input: str, output: str = "embeddings.parquet", text_column: str = "text", id_column: str = "",
+         model: str = "", dimensions: int = 0, prompt_name: str = "", embedding_type: str = "float",
+         shard_size: int = 2048, rows_per_part: int = 8192) -> None:
+    """``python -m core embed`` on the GPU class (docs/bulk.md): the input (a local path or s3://; Parquet,
+    JSON Lines, CSV or text lines) is read here, each text never seen before is sent once to
+    ``embed_shard``, ``.map`` over shards in order, and the vectors are written here as the local job
+    writes them (Parquet, resumable: run the same command again after an interruption)."""
+    from core.bulk.job import JobOptions
+    from core.bulk.modal_runner import run_modal_job
+    from core.config import settings_from_env
 
-    ``order_outputs=True``: the rows must come out in input order, and Modal's map delivers results in
-    input order (holding only the shards that finish before an earlier one), so each result is written
-    at the next offset as it arrives. With ``order_outputs=False`` every call would have to return its
-    shard index for the same file; the ordered stream gives it for free."""
-    texts = read_texts(input)
-    parts = Tessera().embed_shard.map(shards(texts, shard_size), kwargs={"model": model or None},
-                                      order_outputs=True)
-    shape = write_rows(output, parts, len(texts))
-    print(f"wrote {shape} to {output}")
+    options = JobOptions(input=input, output=output, text_column=text_column, id_column=id_column or None,
+                         model=model or None, dimensions=dimensions or None, prompt_name=prompt_name or None,
+                         embedding_type=embedding_type, rows_per_part=rows_per_part)
+    tessera = Tessera()
+    summary = run_modal_job(
+        settings_from_env(os.environ), options, shard_size=shard_size,
+        embed_map=lambda shards, kwargs: tessera.embed_shard.map(
+            shards, kwargs={"model": options.model, "options": kwargs}, order_outputs=True),
+        describe=lambda: tessera.describe_model.remote(options.model))
+    print("\n".join(summary.lines()))

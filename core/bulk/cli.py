@@ -56,7 +56,10 @@ def add_embed_parser(sub) -> None:
                      "at most)")
     run.add_argument("--request-texts", type=int, default=64, help="texts per engine request")
     run.add_argument("--concurrency", type=int, default=16, help="engine requests in flight")
-    run.add_argument("--actors", type=int, default=None, help="--on ray: model copies (default: one per 2 CPUs)")
+    run.add_argument("--actors", type=int, default=None, help="--on ray: model copies (default: one per GPU, else "
+                     "one per `threads` CPUs)")
+    run.add_argument("--modal-app", default="tessera", help="--on modal: the deployed app's name (default tessera)")
+    run.add_argument("--shard-size", type=int, default=2048, help="--on modal: texts per embed_shard call")
     run.add_argument("--threads", default=None, help="runtime threads (env TESSERA_THREADS)")
     run.add_argument("--cache-dir", default=None, help="export cache (env TESSERA_CACHE_DIR)")
     run.add_argument("--embedding-cache", default=None,
@@ -105,7 +108,7 @@ def run_embed(args: argparse.Namespace, settings) -> int:
         elif args.on == "modal":
             from core.bulk.modal_runner import run_modal
 
-            summary = run_modal(settings, options)
+            summary = run_modal(settings, options, app_name=args.modal_app, shard_size=args.shard_size)
         else:
             from core.bulk.job import run_local
 

@@ -36,7 +36,9 @@ def detect_format(uri: str, given: str = "auto") -> str:
 
 
 def is_uri(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
+    """``s3://``, ``gs://``, ``file://``...: opened through pyarrow's filesystems (``s3fs`` is not needed: pyarrow
+    has its own S3 client)."""
+    return "://" in path
 
 
 def open_input(path: str):

@@ -300,11 +300,12 @@ class WorkState:
     complete: bool  # every input row is in a part: only the merge is left
 
 
-def begin(settings, options: JobOptions, summary: Summary) -> WorkState | None:
-    """Check the input, the output and the work folder. None: the output is already this job's, whole."""
+def begin(settings, options: JobOptions, summary: Summary, description: dict | None = None) -> WorkState | None:
+    """Check the input, the output and the work folder. None: the output is already this job's, whole.
+    ``description``: the job's (default :func:`job_description`; a remote model describes itself)."""
     if not formats.is_uri(options.input) and not Path(options.input).is_file():
         raise JobError(f"--input {options.input}: no such file")
-    description = job_description(settings, options)
+    description = description or job_description(settings, options)
     if not options.overwrite and _output_complete(options.output, description, summary):
         return None
     work = options.work_folder(settings.cache_dir)

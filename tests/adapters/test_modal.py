@@ -74,6 +74,7 @@ def test_app_definition_carries_gpu_volume_and_concurrency(modal_module):
     assert hooks["web"].params.webhook_config.type == api_pb2.WEBHOOK_TYPE_ASGI_APP
     assert hooks["web"].params.webhook_config.requires_proxy_auth is False  # TESSERA_MODAL_PROXY_AUTH unset
     assert Flags.CALLABLE_INTERFACE in hooks["embed_shard"].flags
+    assert Flags.CALLABLE_INTERFACE in hooks["describe_model"].flags
     # the container sees the same configuration through its environment
     env = json.loads(json.dumps(modal_module.DEPLOY.container_env()))
     assert json.loads(env["TESSERA_MODELS"])[0]["name"] == MODEL
@@ -112,7 +113,7 @@ def test_bulk_shards_queue_on_the_models_batcher(modal_module):
 
     batcher.submit = counted
     texts = [f"{text} ({i})" for i, text in enumerate(THREE * 40)]
-    shards = modal_module.shards(texts, 10)
+    shards = [texts[i:i + 10] for i in range(0, len(texts), 10)]
 
     async def calls():
         return await asyncio.gather(*(embed(obj, shard) for shard in shards))
@@ -122,12 +123,66 @@ def test_bulk_shards_queue_on_the_models_batcher(modal_module):
     assert sum(queued) == len(texts) and len(queued) == len(shards)  # every text was queued on the batcher
 
 
-def test_bulk_helpers(modal_module, tmp_path):
-    source = tmp_path / "texts.jsonl"
-    source.write_text('plain line\n{"text": "json line"}\n\nlast\n', encoding="utf-8")
-    texts = modal_module.read_texts(str(source))
-    assert texts == ["plain line", "json line", "last"]
-    assert modal_module.shards(texts, 2) == [["plain line", "json line"], ["last"]]
+def local_map(obj, hooks):
+    """``Tessera().embed_shard.map(shards, kwargs=..., order_outputs=True)`` as Modal runs it, one container:
+    the class's own method on each shard, results in order; and ``describe_model.remote``."""
+    embed, describe = hooks["embed_shard"]._get_raw_f(), hooks["describe_model"]._get_raw_f()
+    calls: list[int] = []
+    loop = asyncio.new_event_loop()  # the container's one event loop (the batchers live in it)
+
+    def embed_map(shards, kwargs):
+        for shard in shards:
+            calls.append(len(shard))
+            yield loop.run_until_complete(embed(obj, shard, None, kwargs))
+
+    return embed_map, (lambda: loop.run_until_complete(describe(obj, None))), calls
+
+
+def test_bulk_job_on_the_class_writes_the_local_jobs_parquet_and_resumes(modal_module, modal_client, tmp_path):
+    """``bulk`` (and ``python -m core embed --on modal``): ids and vectors as the HTTP app gives them, repeats
+    sent once, the model's identity from the class, and an interrupted job resumed without redoing its parts."""
+    import pyarrow.parquet as pq
+
+    from core.bulk.job import JobOptions
+    from core.bulk.modal_runner import run_modal_job
+    from core.config import Settings
+
+    obj, hooks = modal_instance(modal_module)
+    distinct = [f"{THREE[j % 3]} ({j})" for j in range(50)]
+    texts = [distinct[i % 50] for i in range(120)]  # 120 rows, 50 distinct texts
+    source = tmp_path / "corpus.jsonl"
+    source.write_text("".join(json.dumps({"text": t, "key": f"k{i}"}) + "\n" for i, t in enumerate(texts)))
+    out = tmp_path / "vectors.parquet"
+    options = JobOptions(input=str(source), output=str(out), id_column="key", rows_per_part=20)
+    embed_map, describe, calls = local_map(obj, hooks)
+
+    windows = []
+
+    def failing_map(shards, kwargs):  # the connection to the app is lost in the third window (of 20 rows)
+        windows.append(len(shards))
+        if len(windows) == 3:
+            raise RuntimeError("connection lost")
+        yield from embed_map(shards, kwargs)
+
+    with pytest.raises(RuntimeError, match="connection lost"):
+        run_modal_job(Settings(), options, failing_map, describe, shard_size=8, window=1)
+    assert sum(calls) == 40 and (tmp_path / "vectors.parquet.parts").is_dir()
+    summary = run_modal_job(Settings(), options, embed_map, describe, shard_size=8, window=2)
+    assert summary.resumed_from == 40 and summary.rows == 120 and summary.rows_this_run == 80
+    assert sum(calls) == 50  # each distinct text sent once over both runs
+    assert max(calls) <= 8
+    table = pq.read_table(out)
+    assert table.column("key").to_pylist() == [f"k{i}" for i in range(120)]
+    vectors = np.asarray(table.column("embedding").combine_chunks().flatten()).reshape(120, -1)
+    over_http = modal_client.post("/v1/embeddings", json={"input": texts[:6]}).json()
+    np.testing.assert_allclose(vectors[:6], np.array([d["embedding"] for d in over_http["data"]]), atol=1e-5)
+    meta = json.loads(table.schema.metadata[b"tessera"])
+    assert meta["model"]["name"] == MODEL and len(meta["model"]["identity"]) == 32
+    # vector options reach the class: quantized, Matryoshka
+    small = tmp_path / "small.parquet"
+    run_modal_job(Settings(), JobOptions(input=str(source), output=str(small), dimensions=32, embedding_type="int8"),
+                  embed_map, describe)
+    assert str(pq.read_schema(small).field("embedding").type) == "fixed_size_list<element: int8>[32]"
 
 
 # --- memory snapshot: what the snapshot phase leaves in memory ----------------------------------
@@ -440,28 +495,8 @@ def test_weights_volume_is_v2(modal_module):
 
 # --- bulk: .map over shards into one file ---------------------------------------------------------
 
-def test_bulk_writes_the_shards_in_input_order(modal_module, tmp_path):
-    """``bulk``'s pieces run here: the shards of a file, each embedded by the class's own method, written
-    as they arrive; the file equals one embedding of all texts, row for row."""
-    obj, hooks = modal_instance(modal_module)
-    embed = hooks["embed_shard"]._get_raw_f()
-    texts = [f"{text} ({i})" for i, text in enumerate(THREE * 9)]
-
-    async def calls():  # one event loop, as in a Modal container
-        return [await embed(obj, shard) for shard in modal_module.shards(texts, 4)], await embed(obj, texts)
-
-    parts, whole = asyncio.run(calls())
-    output = tmp_path / "vectors.npy"
-    assert modal_module.write_rows(str(output), iter(parts), len(texts)) == (27, 384)
-    written = np.load(output)
-    np.testing.assert_allclose(written, whole, atol=1e-5)
-    with pytest.raises(ValueError, match="hold 8 rows; the input has 9"):
-        modal_module.write_rows(str(tmp_path / "short.npy"), [written[:4], written[4:8]], 9)
-    assert modal_module.write_rows(str(tmp_path / "empty.npy"), [], 0) == (0, 0)
-
-
 def test_bulk_maps_with_ordered_outputs(modal_module):
-    """``bulk`` asks Modal's map for outputs in input order (what write_rows relies on)."""
+    """``bulk`` asks Modal's map for outputs in input order (what the job's part writer relies on)."""
     import ast
     import inspect
 

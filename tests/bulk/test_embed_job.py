@@ -215,3 +215,20 @@ def test_bad_input_is_a_clear_error(tmp_path, job_model):
     missing = subprocess.run(embed_command(tmp_path / "nope.csv", tmp_path / "o.parquet", job_model), cwd=ROOT,
                              env=job_env(), capture_output=True, text=True, timeout=300)
     assert missing.returncode == 1 and "no such file" in missing.stderr
+
+
+def test_uris_go_through_pyarrows_filesystems_with_the_work_folder_under_cache_dir(tmp_path, job_model, texts):
+    """``file://`` takes the path an ``s3://`` input and output take (pyarrow's FileSystem.from_uri)."""
+    source = tmp_path / "c.jsonl.gz"
+    import gzip
+
+    with gzip.open(source, "wt") as handle:
+        handle.write("".join(json.dumps({"text": t}) + "\n" for t in texts[:30]))
+    out = tmp_path / "o.parquet"
+    settings = settings_for(job_model, cache_dir=tmp_path / "cache")
+    summary = run(settings, input=f"file://{source}", output=f"file://{out}", rows_per_part=10)
+    assert summary.rows == 30
+    assert pq.read_table(out).column("id").to_pylist() == list(range(30))
+    assert (tmp_path / "cache" / "jobs").is_dir() and not any((tmp_path / "cache" / "jobs").iterdir())
+    again = run(settings, input=f"file://{source}", output=f"file://{out}", rows_per_part=10)
+    assert again.already_complete
