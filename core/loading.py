@@ -284,6 +284,14 @@ def custom_code(config: dict[str, Any]) -> str | None:
     return f"{key} → {target[0] if isinstance(target, (list, tuple)) else target}"
 
 
+def task_adapters(config: dict[str, Any]) -> tuple[str, ...]:
+    """The task adapters a model's own code selects per input (jina-embeddings-v3: ``lora_adaptations`` in
+    config.json, chosen by an ``adapter_mask`` of task indices per row); none for a model without its own code."""
+    if not config.get("auto_map"):
+        return ()
+    return tuple(str(t) for t in config.get("lora_adaptations") or ())
+
+
 def checked_with_own_code(artifact: Path) -> bool:
     """Whether a converted artifact (``onnx/model.onnx``, ``ct2/model.bin``) was converted from the model's own
     code and matched it: its folder's ``parity.json`` (written by ``scripts/export_onnx.py --trust-remote-code``

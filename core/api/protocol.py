@@ -71,6 +71,9 @@ class EmbeddingRequest(_Request):
         "windows (or its max length), false: no chunking (a model's default turned off); default: the model's")
     late_chunking: bool | LateChunking | None = Field(
         default=None, description="one vector per chunk of one context (true: the inputs are the chunks)")
+    task: str | None = Field(
+        default=None, description="a task adapter of the model, e.g. jina-embeddings-v3's retrieval.query, "
+        "retrieval.passage, separation, classification, text-matching (see /v1/models 'tasks')")
 
 
 class Embedding(BaseModel):

@@ -26,7 +26,7 @@ from core.backends.heads import get_head, is_feed_forward, load_head_class
 from core.convert.files import copy_model_files
 from core.convert.fusion import optimize_transformer
 from core.errors import Unsupported, require
-from core.loading import custom_code
+from core.loading import custom_code, task_adapters
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,11 @@ def export_model(model, out_file: Path, head_name: str, *, opset: int = 17) -> N
         sample["token_type_ids"] = torch.zeros((2, 8), dtype=torch.long)
     if "attention_mask" in sample:  # a padded row, so the trace cannot take an all-ones mask's shortcut
         sample["attention_mask"][1, 5:] = 0
+    if task_adapters(model.config.to_dict()) and "adapter_mask" in accepted:
+        # task adapters (jina-embeddings-v3): the graph takes the task's index, as the model's published graph
+        # does, and the model's code gets it per row (adapter_mask)
+        names.append("task_id")
+        sample["task_id"] = torch.tensor(1, dtype=torch.long)
 
     masks = traceable_masks(model)
 
@@ -127,6 +132,8 @@ def export_model(model, out_file: Path, head_name: str, *, opset: int = 17) -> N
 
         def forward(self, *args):
             feeds = dict(zip(names, args))
+            if "task_id" in feeds:
+                feeds["adapter_mask"] = feeds.pop("task_id").expand(feeds["input_ids"].shape[0])
             if masks is not None:
                 feeds["attention_mask"] = masks(feeds["attention_mask"])
             out = head.call(self.inner, feeds)
@@ -135,7 +142,7 @@ def export_model(model, out_file: Path, head_name: str, *, opset: int = 17) -> N
     wrapped = Wrapped(model)
     with torch.inference_mode():
         probe = wrapped(*(sample[n] for n in names))
-    dynamic = {n: {0: "batch", 1: "sequence"} for n in names}
+    dynamic = {n: {0: "batch", 1: "sequence"} for n in names if n != "task_id"}
     for name, value in zip(head.outputs, probe):  # (batch, labels) or (batch, vocab); (batch, seq, …) per token
         dynamic[name] = {0: "batch", 1: "sequence"} if value.dim() == 3 else {0: "batch"}
     out_file.parent.mkdir(parents=True, exist_ok=True)

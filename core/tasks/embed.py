@@ -9,7 +9,7 @@ import numpy as np
 
 from core.config import ModelSpec
 from core.errors import InvalidInput, TooLarge
-from core.loading import ModelInfo, read_embed_pipeline
+from core.loading import ModelInfo, read_embed_pipeline, task_adapters
 from core.tasks import chunking
 from core.tasks.base import INLINE_PREPARE_CHARS, TextTask
 from core.tasks.dense import DenseLayer
@@ -39,6 +39,15 @@ class EmbedRequest:
     #: long inputs (core/tasks/chunking.py): windows pooled into one vector per text, or one vector per chunk
     chunking: Any = None  # ChunkOptions; None: the model's default; True/False: default windows on/off
     late_chunking: Any = None  # LateChunkOptions
+    #: a task adapter of the model, by name (jina-embeddings-v3: retrieval.query, retrieval.passage, …)
+    task: str | None = None
+
+
+@dataclass(slots=True)
+class AdapterEncoded(Encoded):
+    """A tokenized input of a model with task adapters: the index of the adapter it runs through."""
+
+    adapter: int = 0
 
 
 @dataclass(slots=True)
@@ -74,6 +83,56 @@ class EmbedTask(TextTask):
                                        f"receives {width} (pooling {self.pipeline.pooling!r})")
                 width = step.out_features
         self.dimension = width or info.dimension
+        #: task adapters chosen per request (``task``); ``task_required``: the backend has no default without one
+        self.adapters = task_adapters(info.config)
+        self.task_required = False
+
+    def check_backend(self, backend: str) -> None:
+        """A model with task adapters served from an ONNX graph: the graph takes a task id (as
+        jina-embeddings-v3's published graph and our exporter's do) and holds no path without one, so every
+        request names its task."""
+        self.task_required = bool(self.adapters) and backend == "onnx"
+
+    def batch_group(self, request: EmbedRequest) -> str | None:
+        """A batch runs one task adapter (an ONNX graph takes one task id per call)."""
+        return request.task if self.adapters else None
+
+    def _adapter(self, request: EmbedRequest) -> int | None:
+        """The index of the request's task adapter, or None (the model's own default, on torch)."""
+        if request.task is None:
+            if self.task_required:
+                raise InvalidInput(f"this model runs a task adapter per request, and its ONNX graph has no default "
+                                   f"without one: set 'task' to one of {list(self.adapters)}", param="task")
+            return None
+        if not self.adapters:
+            raise InvalidInput("'task' selects a task adapter (jina-embeddings-v3's LoRA tasks); this model has none",
+                               param="task")
+        if request.task not in self.adapters:
+            raise InvalidInput(f"unknown task {request.task!r}; this model's tasks: {list(self.adapters)}",
+                               param="task")
+        if request.chunking is not None or request.late_chunking is not None or request.token_ids is not None:
+            raise InvalidInput("'task' applies to text input without chunking", param="task")
+        return self.adapters.index(request.task)
+
+    def collate(self, items: Sequence[Encoded]) -> Mapping[str, np.ndarray]:
+        batch = super().collate(items)
+        if not self.adapters or not isinstance(items[0], AdapterEncoded):
+            return batch
+        adapter = items[0].adapter
+        if any(getattr(it, "adapter", None) != adapter for it in items):  # batch_group keeps tasks apart
+            from core.errors import BackendFailure
+
+            raise BackendFailure("internal: a batch of embed mixed task adapters")
+        # torch: the model's own code takes adapter_mask (one task index per row); ONNX: the graph's task_id
+        return {**batch, "adapter_mask": np.full(len(items), adapter, dtype=np.int64),
+                "task_id": np.asarray(adapter, dtype=np.int64)}
+
+    def warmup_batches(self, batch_tokens: int, max_batch_size: int) -> list[Mapping[str, np.ndarray]]:
+        batches = super().warmup_batches(batch_tokens, max_batch_size)
+        if not self.task_required:
+            return batches
+        return [{**b, "adapter_mask": np.zeros(len(b["input_ids"]), np.int64), "task_id": np.asarray(0, np.int64)}
+                for b in batches]
 
     # worker thread
     def prepare_inline(self, request: EmbedRequest) -> bool:
@@ -84,7 +143,10 @@ class EmbedTask(TextTask):
         return sum(map(len, texts)) + prompt_chars <= INLINE_PREPARE_CHARS
 
     def prepare(self, request: EmbedRequest) -> list[Encoded]:
+        adapter = self._adapter(request) if self.adapters or request.task is not None else None
         items = self._prepare(request)
+        if adapter is not None:
+            items = [AdapterEncoded(it.ids, it.type_ids, it.pool_from, adapter=adapter) for it in items]
         if request.output == "tokens":
             for item in items:
                 item.all_tokens = True
@@ -199,4 +261,5 @@ class EmbedTask(TextTask):
             "dense": [[s.in_features, s.out_features] for s in self.steps if isinstance(s, DenseLayer)],
             "normalize": self.pipeline.normalize,
             "prompts": sorted({**self.info.prompts, **self.spec.prompts}),
+            **({"tasks": list(self.adapters)} if self.adapters else {}),
         }

@@ -122,7 +122,9 @@ def test_export_with_trust_remote_code_serves_the_models_own_vectors(jina_onnx_d
     spec = ModelSpec(path=jina_onnx_dir, backend=backend, trust_remote_code=True)
     engine = Engine.load(spec, Settings(threads=2))
     assert engine.backend.name == "onnx", engine.choice.reason
-    _check(engine.run_sync(EmbedRequest(texts=sentences)).vectors, jina_reference, f"onnx ({backend})")
+    # the graph takes a task id; the reference ran the model's default task (tests/parity/test_task_adapters_parity.py)
+    request = EmbedRequest(texts=sentences, task="text-matching")
+    _check(engine.run_sync(request).vectors, jina_reference, f"onnx ({backend})")
 
 
 @pytest.fixture(scope="session")

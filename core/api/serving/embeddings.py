@@ -22,12 +22,18 @@ from core.tasks.embed import EmbedRequest, EmbedResult
 def embed_request(settings: Settings, value: Any, *, modality: str = "text", truncate: bool = True,
                   normalize: bool | None = None, dimensions: int | None = None, prompt: str | None = None,
                   prompt_name: str | None = None, input_type: str | None = None, deadline: float | None = None,
-                  param: str = "input", chunking: Any = None, late_chunking: Any = None) -> EmbedRequest:
+                  param: str = "input", chunking: Any = None, late_chunking: Any = None,
+                  task: str | None = None) -> EmbedRequest:
     """Validate an ``input`` (the OpenAI union, or media references) within the limits; build the task's
-    request. ``normalize=None``: the model's own default; ``dimensions`` 0 or None: the full vector."""
+    request. ``normalize=None``: the model's own default; ``dimensions`` 0 or None: the full vector; ``task``:
+    the model's task adapter (text only)."""
     dimensions = dimensions or None
     if modality != "text":
         from core.media import MediaFetcher, MediaLimits
+
+        if task is not None:
+            raise InvalidInput("'task' selects a text model's task adapter; it does not apply to "
+                               f"{modality} input", param="task")
 
         refs = media_refs(value, modality, settings, param)
         return EmbedRequest(
@@ -39,6 +45,7 @@ def embed_request(settings: Settings, value: Any, *, modality: str = "text", tru
     return EmbedRequest(
         texts=texts, token_ids=token_ids, truncate=truncate, normalize=normalize, dimensions=dimensions,
         prompt=prompt, prompt_name=prompt_name, input_type=input_type, chunking=chunk, late_chunking=late,
+        task=task,
     )
 
 
