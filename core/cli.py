@@ -245,6 +245,29 @@ def _known_options(parser: argparse.ArgumentParser, command: str | None) -> list
     return known + (cli_compat.compat_flags() if chosen is subparsers.choices["serve"] else [])
 
 
+def port_in_use(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on (None: it can), checked with a bind as uvicorn will bind."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a TIME_WAIT is no conflict
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            return (f"cannot listen on {host}:{port}: {exc.strerror or exc} (another server on that port? "
+                    "choose another with --port or TESSERA_PORT)")
+    return None
+
+
+def quiet_progress_bars(environ, stream) -> None:
+    """Progress bars (transformers' and huggingface_hub's tqdm) only on a terminal: in a server log they
+    would be lines of another format, redrawn with carriage returns. Set where the user has not."""
+    if not stream.isatty():
+        environ.setdefault("TQDM_DISABLE", "1")
+        environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
 class UsageError(ConfigError):
     """A command line no parser took (unknown options, with the nearest known ones)."""
 
@@ -298,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     from core.tracing import tracer_from_env
 
     configure_logging(settings.log_level, fmt=settings.log_format)
+    quiet_progress_bars(os.environ, sys.stderr)
     try:
         tracer = tracer_from_env(os.environ)
     except ConfigError as exc:
@@ -305,9 +329,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from core.api.http_limits import http_options
 
+    taken = port_in_use(settings.host, int(settings.port))  # before minutes of loading, not after
+    if taken:
+        print(f"tessera: {taken}", file=sys.stderr)
+        return 1
     # load before listening (as the lifespan would), so a start-up that cannot serve exits with its reason
     metrics = Metrics()
-    registry = Registry.from_settings(settings, metrics, tracer)
+    try:
+        registry = Registry.from_settings(settings, metrics, tracer)
+    except KeyboardInterrupt:
+        # Ctrl-C while loading (a first start's export runs on the torch thread, which the interpreter
+        # would wait for at exit): stop now, without a traceback
+        print("tessera: stopped while loading models (Ctrl-C)", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(130)
     try:
         registry.raise_if_unusable()
     except StartupFailed as exc:
@@ -315,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     app = create_app(settings, registry, metrics=metrics, tracer=tracer)
     uvicorn.run(app, host=settings.host, port=int(settings.port), loop="auto",
-                **http_options(settings.max_header_bytes), access_log=False, log_level=settings.log_level,
+                **http_options(settings.max_header_bytes), access_log=False, log_level=settings.log_level.lower(),
                 timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),  # 0: stop now
                 **uvicorn_log_options(settings.log_format))
     return 0

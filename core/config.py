@@ -25,6 +25,8 @@ from core.loading import BACKEND_NAMES
 
 
 CPU_BATCH_TOKENS = 512
+#: the levels uvicorn and the logging set-up both know (core.logs.level_number)
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 ACCELERATOR_BATCH_TOKENS = 16384
 
 
@@ -279,7 +281,8 @@ class Settings(BaseSettings):
     max_items_per_request: int = Field(default=2048, gt=0, description="inputs per request (413)")
     max_chars_per_item: int = Field(default=100_000, gt=0, description="characters per text input (413)")
     retry_after_s: int = Field(default=1, ge=0, description="Retry-After sent with 429")
-    log_level: str = Field(default="info", description="logging level")
+    log_level: str = Field(default="info", description="logging level: critical | error | warning | info | "
+                           "debug | trace (warn, fatal as aliases)")
     api_keys_file: Path | None = Field(
         default=None, description="file with more API keys, one per line (e.g. a mounted secret)"
     )
@@ -342,6 +345,17 @@ class Settings(BaseSettings):
                            "links in /docs and the OpenAPI servers carry it")
     url_prefix: str = Field(default="", description="serve every route under this prefix (e.g. /v2 → "
                             "/v2/v1/embeddings, /v2/health), as Infinity's --url-prefix")
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        name = value.strip().lower()
+        name = {"warn": "warning", "fatal": "critical"}.get(name, name)
+        if name not in LOG_LEVELS:
+            close = difflib.get_close_matches(name, LOG_LEVELS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ValueError(f"not a logging level: {hint}one of {' | '.join(LOG_LEVELS)}")
+        return name
 
     @field_validator("cors_origins", mode="before")
     @classmethod

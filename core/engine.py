@@ -245,7 +245,7 @@ class Registry:
                 registry.failed[spec.served_name] = FailedModel(spec, f"{type(exc).__name__}: {exc}")
                 continue
             log.info("loaded model %d/%d: %s (%s) in %.1fs", index, len(specs), spec.served_name,
-                     engine.backend.describe(), time.monotonic() - started)
+                     _fields(engine.backend.describe()), time.monotonic() - started)
             registry.engines[spec.served_name] = engine
         if metrics is not None:
             for name in registry.failed:
@@ -333,3 +333,10 @@ class Registry:
             raise RuntimeError("the batchers were started in another event loop; they cannot move")
         await self.start()
         self._loop = loop
+
+
+def _fields(described) -> str:
+    """A backend's description as ``key=value`` pairs (a log line, not a dict's repr)."""
+    if not isinstance(described, dict):
+        return str(described)
+    return " ".join(f"{k}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}" for k, v in described.items())

@@ -175,8 +175,9 @@ def lookup(folder: Path, *, head: str, cache_dir: Path, dtype: str = "float32",
 
 
 def cached_or_export(folder: Path, *, head: str, cache_dir: Path, dtype: str = "float32",
-                     opset: int = DEFAULT_OPSET, max_length: int | None = None) -> CachedGraph:
-    """The folder's graph from the cache, else exported, checked and cached now.
+                     opset: int = DEFAULT_OPSET, max_length: int | None = None, name: str | None = None) -> CachedGraph:
+    """The folder's graph from the cache, else exported, checked and cached now. ``name``: the model's
+    served name, in the log lines (default: the folder's name).
     Raises ``ExportUnavailable`` (with the reason) when no checked graph can be had."""
     folder, cache_dir = Path(folder), Path(cache_dir)
     if head not in EXPORTABLE_HEADS:
@@ -195,10 +196,11 @@ def cached_or_export(folder: Path, *, head: str, cache_dir: Path, dtype: str = "
     # torch's CPU work in one thread per process (core/torch_thread.py): a torch backend loaded later keeps
     # one OpenMP team
     return on_torch_thread(_export, folder, key, inputs, head=head, cache_dir=cache_dir, opset=opset,
-                           max_length=max_length)
+                           max_length=max_length, name=name or folder.name)
 
 
-def cached_fp16(folder: Path, *, head: str, cache_dir: Path, max_length: int | None = None) -> Path:
+def cached_fp16(folder: Path, *, head: str, cache_dir: Path, max_length: int | None = None,
+                name: str | None = None) -> Path:
     """The fp16 graph for ONNX Runtime's CUDA provider: the folder's own ``onnx/model_fp16.onnx``, else the
     cached fp32 export (``cached_or_export``) converted once (``core/convert/onnx_fp16.py``: fused, then
     fp16) into the same cache entry. Raises ``ExportUnavailable``."""
@@ -206,7 +208,7 @@ def cached_fp16(folder: Path, *, head: str, cache_dir: Path, max_length: int | N
     own = folder / "onnx" / "model_fp16.onnx"
     if own.exists():
         return own
-    fp32 = cached_or_export(folder, head=head, cache_dir=cache_dir, max_length=max_length)
+    fp32 = cached_or_export(folder, head=head, cache_dir=cache_dir, max_length=max_length, name=name)
     fp16 = fp32.path.parent / "model_fp16.onnx"
     if fp16.exists():
         return fp16
@@ -226,7 +228,7 @@ def cached_fp16(folder: Path, *, head: str, cache_dir: Path, max_length: int | N
 
 
 def _export(folder: Path, key: str, inputs: dict, *, head: str, cache_dir: Path, opset: int,
-            max_length: int | None) -> CachedGraph:
+            max_length: int | None, name: str) -> CachedGraph:
     from core.convert.onnx_export import export_model, load_head_model
 
     entry = entry_dir(cache_dir, key)
@@ -234,7 +236,7 @@ def _export(folder: Path, key: str, inputs: dict, *, head: str, cache_dir: Path,
     work = Path(tempfile.mkdtemp(dir=entry.parent, prefix=f".{key}."))
     try:
         started = time.monotonic()
-        log.info("%s: exporting the %s head to ONNX (first start for these weights; cache %s)", folder.name,
+        log.info("%s: exporting the %s head to ONNX (first start for these weights; cache %s)", name,
                  head, entry)
         try:
             model = load_head_model(folder, head)
@@ -248,7 +250,7 @@ def _export(folder: Path, key: str, inputs: dict, *, head: str, cache_dir: Path,
             raise ExportUnavailable(reason) from exc
         del model
         log.info("%s: exported in %.1fs; checking it against the torch forward on %d probe texts",
-                 folder.name, time.monotonic() - started, len(PROBE_TEXTS))
+                 name, time.monotonic() - started, len(PROBE_TEXTS))
         cosines, norm_errors = compare(graph_outputs(work / "model.onnx", head, feeds), want, feeds["attention_mask"])
         bad = {k: v for k, v in cosines.items() if v < PARITY_MIN_COSINE or norm_errors[k] > PARITY_MAX_NORM_ERROR}
         if bad:
@@ -265,7 +267,7 @@ def _export(folder: Path, key: str, inputs: dict, *, head: str, cache_dir: Path,
         except OSError:  # another process cached the same key meanwhile: use theirs
             if not (entry / "entry.json").exists():
                 raise
-        log.info("%s: ONNX graph checked (worst cosine %s) and cached in %.1fs", folder.name,
+        log.info("%s: ONNX graph checked (worst cosine %s) and cached in %.1fs", name,
                  ", ".join(f"{k} {v:.6f}" for k, v in cosines.items()), time.monotonic() - started)
         return CachedGraph(entry / "model.onnx", key, cosines, exported_now=True)
     finally:

@@ -43,21 +43,32 @@ def configure_logging(level: str = "info", *, fmt: str = "text") -> None:
         handler = logging.StreamHandler()
         handler.setFormatter(JsonFormatter())
         logging.basicConfig(level=_level(level), handlers=[handler], force=True)
-        for name in UVICORN_LOGGERS:  # a server configured before us (uvicorn core.dev:app): ours instead
-            uvicorn_logger = logging.getLogger(name)
-            if uvicorn_logger.handlers:  # (one it turned off, e.g. --no-access-log, has none: stays off)
-                uvicorn_logger.handlers.clear()
-                uvicorn_logger.propagate = True
-        return
-    handler = logging.StreamHandler()
-    handler.setFormatter(TextFormatter(TEXT_FORMAT))
-    logging.basicConfig(level=_level(level), handlers=[handler])  # as before: a configured root is kept
+    else:
+        handler = logging.StreamHandler()
+        handler.setFormatter(TextFormatter(TEXT_FORMAT))
+        logging.basicConfig(level=_level(level), handlers=[handler])  # as before: a configured root is kept
+    _take_over_uvicorn()
+
+
+def _take_over_uvicorn() -> None:
+    """uvicorn's lines in our format, from the first one: a server that configured its loggers before us
+    (``uvicorn core.dev:app``) gets ours instead. Its access line goes: ``tessera.access`` logs each request
+    once (or, with ``access_log`` off, nothing does)."""
+    for name in UVICORN_LOGGERS:
+        uvicorn_logger = logging.getLogger(name)
+        if name == "uvicorn.access":
+            uvicorn_logger.handlers.clear()
+            uvicorn_logger.propagate = False
+            uvicorn_logger.disabled = True
+        elif uvicorn_logger.handlers:
+            uvicorn_logger.handlers.clear()
+            uvicorn_logger.propagate = True
 
 
 def uvicorn_log_options(fmt: str) -> dict[str, Any]:
-    """``uvicorn.run`` keywords: in JSON, uvicorn keeps its hands off logging (its loggers go through
-    :func:`configure_logging`'s handler); in text, its own set-up."""
-    return {"log_config": None} if fmt == "json" else {}
+    """``uvicorn.run`` keywords: uvicorn keeps its hands off logging, in either format (its loggers go
+    through :func:`configure_logging`'s handler: one format from the first line)."""
+    return {"log_config": None}
 
 
 def _level(level: str) -> int:

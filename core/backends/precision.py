@@ -96,7 +96,8 @@ def cuda_candidates(spec: ModelSpec, head: str, cache_dir: Path, auto_export: bo
 
     try:
         out.append(Candidate("onnx", "float16", onnx_file=cached_fp16(spec.path, head=head, cache_dir=cache_dir,
-                                                                       max_length=spec.max_length)))
+                                                                       max_length=spec.max_length,
+                                                                       name=spec.served_name)))
     except ExportUnavailable as exc:
         notes.append(f"ONNX Runtime CUDA not tried: {exc}")
     return out, notes

@@ -151,7 +151,8 @@ def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None =
     if cache_dir is None:
         cache_dir = _default_cache_dir()
     try:
-        cached = cached_or_export(spec.path, head=head, cache_dir=cache_dir, max_length=spec.max_length)
+        cached = cached_or_export(spec.path, head=head, cache_dir=cache_dir, max_length=spec.max_length,
+                                  name=spec.served_name)
     except ExportUnavailable as exc:
         return Choice("torch", f"ONNX export not used: {exc}", fell_back=True)
     worst = min(cached.min_cosine.values()) if cached.min_cosine else float("nan")
