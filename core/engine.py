@@ -21,7 +21,7 @@ from core.metrics import Metrics
 from core.request_context import note_work
 from core.tasks import create_task, task_class
 from core.tracing import NO_TRACER, NoTracer, OtelTracer
-from core.tasks.base import Task
+from core.tasks.base import RequestLimits, Task
 from core.tasks.chunking import check_default as check_chunking_default
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,7 @@ class Engine:
         self.metrics = metrics
         self.consecutive_failures = 0
         self.max_tokens_per_request = settings.max_tokens_per_request
+        task.limits = RequestLimits(tokens=settings.max_tokens_per_request, items=settings.max_items_per_request)
         self.last_error: str | None = None
         #: why this backend serves the model (``/v1/models``' backend_reason); set by ``load``
         self.choice = Choice(backend.name, "given to the engine")

@@ -1,0 +1,221 @@
+"""One small request must not buy gigabytes, seconds of a frozen event loop or minutes of work: the
+long-input features (chunking, late chunking), against real server processes on loopback. Each test measures the server process itself (its peak RSS
+over the request, sampled from /proc, and the wall-clock time) while another process probes /health,
+and prints the worst request the limits still allow (``-s`` shows the figures docs/reliability.md gives).
+
+The servers run with ``max_tokens_per_request`` 32768 (an eighth of the default) so that the worst
+allowed requests finish in seconds on a small machine; their cost grows linearly with that limit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import httpx
+import orjson
+import pytest
+
+from benchmarks.server import rss_mb
+from tests.support.server import environ_without_settings, free_port, running_process, uvicorn_command
+
+MAX_TOKENS = 32768
+
+#: polls /health on its own connection until its stdin closes (at most ``argv[2]`` seconds); prints the
+#: slowest answer in seconds
+PROBE = r"""
+import json, select, sys, time, httpx
+base, limit = sys.argv[1], float(sys.argv[2])
+worst, count, end = 0.0, 0, time.monotonic() + limit
+with httpx.Client(timeout=120) as client:
+    assert client.get(base + "/health").status_code == 200
+    print("ready", flush=True)
+    while time.monotonic() < end and not select.select([sys.stdin], [], [], 0.02)[0]:
+        started = time.perf_counter()
+        assert client.get(base + "/health").status_code == 200
+        worst, count = max(worst, time.perf_counter() - started), count + 1
+print(json.dumps({"worst": worst, "count": count}), flush=True)
+"""
+
+
+@dataclass
+class Cost:
+    seconds: float = 0.0
+    rss_before_mb: float = 0.0
+    peak_rss_mb: float = 0.0
+    health_worst_s: float = 0.0
+
+    @property
+    def grown_mb(self) -> float:
+        return self.peak_rss_mb - self.rss_before_mb
+
+    def __str__(self) -> str:
+        return (f"{self.seconds:.2f}s, server RSS {self.rss_before_mb:.0f} -> peak {self.peak_rss_mb:.0f} MB "
+                f"(+{self.grown_mb:.0f}), /health worst {self.health_worst_s * 1000:.0f} ms")
+
+
+@contextmanager
+def measured(base: str, pid: int):
+    """Time the block, sample the server's RSS every 10 ms, and probe /health from another process."""
+    cost = Cost(rss_before_mb=rss_mb(pid))
+    cost.peak_rss_mb = cost.rss_before_mb
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.01):
+            cost.peak_rss_mb = max(cost.peak_rss_mb, rss_mb(pid))
+
+    prober = subprocess.Popen([sys.executable, "-c", PROBE, base, "600"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    sampler = threading.Thread(target=sample, daemon=True)
+    try:
+        assert prober.stdout.readline().strip() == "ready"
+        sampler.start()
+        started = time.monotonic()
+        yield cost
+        cost.seconds = time.monotonic() - started
+    finally:
+        stop.set()
+        out, _ = prober.communicate(timeout=180)  # closes its stdin: it stops and reports
+        sampler.join(5)
+    cost.peak_rss_mb = max(cost.peak_rss_mb, rss_mb(pid))
+    cost.health_worst_s = json.loads(out.strip().splitlines()[-1])["worst"]
+
+
+def _env(models: list[dict], port: int, **settings) -> dict[str, str]:
+    env = environ_without_settings()
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TESSERA_PORT=str(port), TESSERA_HOST="127.0.0.1",
+               TESSERA_MODELS=json.dumps(models), TESSERA_THREADS="2", TESSERA_ACCESS_LOG="false",
+               TESSERA_MAX_TOKENS_PER_REQUEST=str(MAX_TOKENS))
+    env.update({f"TESSERA_{k.upper()}": str(v) for k, v in settings.items()})
+    return env
+
+
+@pytest.fixture(scope="module")
+def server(minilm_onnx_dir):
+    """``uvicorn core.dev:app`` serving MiniLM (ONNX Runtime fp32), every other limit at its default."""
+    port = free_port()
+    env = _env([{"path": str(minilm_onnx_dir), "name": "m", "backend": "onnx"}], port)
+    with running_process(uvicorn_command("core.dev:app", port), env, port=port, timeout=180,
+                         name="amplification") as (base, proc):
+        yield base, proc.pid
+
+
+def _post(base: str, path: str, body, timeout: float = 300) -> httpx.Response:
+    content = body if isinstance(body, bytes) else orjson.dumps(body)
+    return httpx.post(base + path, content=content, headers={"content-type": "application/json"}, timeout=timeout)
+
+
+def _error(response: httpx.Response, status: int, code: str | None = None) -> dict:
+    assert response.status_code == status, response.text[:500]
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    if code is not None:
+        assert error["code"] == code, error
+    return error
+
+
+def _report(what: str, cost: Cost) -> None:
+    print(f"\n{what}: {cost}")
+
+
+def _refused_cheaply(cost: Cost, seconds: float = 3.0) -> None:
+    assert cost.seconds < seconds, cost
+    assert cost.grown_mb < 200, cost
+    assert cost.health_worst_s < 1.0, cost
+
+
+# ---- chunking -------------------------------------------------------------------------------------------
+
+LONG_TEXT = "word " * 20_000  # 100,000 characters (max_chars_per_item), 20,000 tokens
+
+
+def test_a_one_token_stride_is_refused_before_any_window_is_built(server):
+    """{"chunking": {"size": 256, "overlap": 253}} over 100 KB built ~20,000 windows of 256 tokens before
+    the tokens limit was checked: RSS past 4 GB, killed. The windows are counted from the token count."""
+    base, pid = server
+    with measured(base, pid) as cost:
+        response = _post(base, "/v1/embeddings", {"model": "m", "input": [LONG_TEXT],
+                                                  "chunking": {"size": 256, "overlap": 253}})
+    error = _error(response, 413, "too_many_tokens")
+    assert error["param"] == "chunking" and "windows" in error["message"]
+    _refused_cheaply(cost)
+    _report("chunking, 1-token stride over 100 KB (refused)", cost)
+    # windows count as items: tiny windows that stay within the tokens limit are refused by their number
+    with measured(base, pid) as cost:
+        response = _post(base, "/v1/embeddings", {"model": "m", "input": [LONG_TEXT[:20_000]],
+                                                  "chunking": {"size": 8, "overlap": 5}})
+    _error(response, 413, "too_many_windows")
+    _refused_cheaply(cost)
+
+
+def test_the_worst_allowed_chunking_request(server):
+    base, pid = server
+    # 20,000 tokens in windows of 256 (254 text tokens) with a 156-token step: 128 windows, 32,702 tokens,
+    # just within 32,768
+    with measured(base, pid) as cost:
+        response = _post(base, "/v1/embeddings", {"model": "m", "input": [LONG_TEXT],
+                                                  "chunking": {"size": 256, "overlap": 98}})
+    assert response.status_code == 200, response.text[:300]
+    assert response.json()["usage"]["prompt_tokens"] <= MAX_TOKENS
+    assert cost.health_worst_s < 1.0, cost
+    _report(f"worst allowed chunking request (1 text, {response.json()['usage']['prompt_tokens']} tokens in "
+            "windows)", cost)
+
+
+# ---- late chunking ---------------------------------------------------------------------------------------
+
+def test_the_late_chunking_separator_counts_toward_the_limits(server):
+    """1,000 chunks of "b" joined by a 10,000-character separator (a 15 KB body) made a ~10M-character
+    context, tokenized on the event loop: /health blocked ~50 s, RSS 0.6 → 3.1 GB, 413 after 56 s."""
+    base, pid = server
+    body = {"model": "m", "input": ["b"] * 1000, "late_chunking": {"separator": "b " * 5000}}
+    assert len(orjson.dumps(body)) < 16_000
+    with measured(base, pid) as cost:
+        response = _post(base, "/v1/embeddings", body)
+    error = _error(response, 413)
+    assert error["param"] == "late_chunking" and "separator" in error["message"]
+    _refused_cheaply(cost, 2.0)
+    _report("late chunking, 1,000 chunks + 10,000-char separator (refused)", cost)
+    # a 10 KB body within the limits (a 50,006-character context): tokenized on a worker thread, not the loop
+    body = {"model": "m", "input": ["b"] * 6, "late_chunking": {"separator": "b " * 5000}}
+    with measured(base, pid) as cost:
+        response = _post(base, "/v1/embeddings", body)
+    assert response.status_code == 200, response.text[:300]
+    assert cost.health_worst_s < 1.0, cost
+
+
+def test_the_worst_allowed_late_chunking_context(server):
+    base, pid = server
+    # a context of 64,032 characters and ~32,000 tokens (the tokens limit binds first here): 127 windows
+    body = {"model": "m", "input": ["b " * 1_200] * 25, "late_chunking": {"separator": "b " * 84}}
+    with measured(base, pid) as cost:
+        response = _post(base, "/v1/embeddings", body)
+    assert response.status_code == 200, response.text[:300]
+    assert len(response.json()["data"]) == 25
+    assert cost.health_worst_s < 1.0, cost
+    _report(f"worst allowed late-chunking context (64,032 characters, {response.json()['usage']['prompt_tokens']} "
+            "tokens)", cost)
+
+
+def test_late_chunking_spans_count_as_items(server):
+    """One 950-character text with 150,000 spans (a 900 KB body): a 200 with a 710 MB answer after 8.9 s,
+    /health stalled 5.5 s."""
+    base, pid = server
+    text = "word " * 190
+    with measured(base, pid) as cost:
+        response = _post(base, "/v1/embeddings", {"model": "m", "input": text,
+                                                  "late_chunking": {"spans": [[0, 4]] * 2049}})
+    error = _error(response, 413)
+    assert error["param"] == "late_chunking.spans" and "2049" in error["message"]
+    _refused_cheaply(cost, 2.0)
+    with measured(base, pid) as cost:  # the worst allowed: max_items_per_request spans
+        response = _post(base, "/v1/embeddings", {"model": "m", "input": text,
+                                                  "late_chunking": {"spans": [[0, 4]] * 2048}})
+    assert response.status_code == 200 and len(response.json()["data"]) == 2048
+    assert cost.health_worst_s < 1.0 and cost.grown_mb < 500, cost
+    _report(f"worst allowed spans request (2,048 spans, {len(response.content) / 1e6:.1f} MB answer)", cost)
