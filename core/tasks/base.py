@@ -34,6 +34,7 @@ class RequestLimits:
 
     tokens: int = 262_144  # max_tokens_per_request
     items: int = 2048  # max_items_per_request
+    response_bytes: int = 32 * 1024 * 1024  # max_response_bytes
 
 
 class Item(Protocol):
@@ -77,6 +78,12 @@ class Task:
         """True when preparing is cheaper than a thread hop (a few short texts): the engine then runs
         ``prepare`` on the event loop itself."""
         return False
+
+    def answer_values(self, request: Any, items: Sequence[Item]) -> int | None:
+        """How many values the answer will hold when it grows with the tokens (a vector per token); None:
+        one result per item, which the item limit bounds. The engine refuses, before any inference, a
+        request whose answer cannot fit ``limits.response_bytes``."""
+        return None
 
     def batch_group(self, request: Any) -> str | None:
         """A key that items must share to meet in a batch (e.g. the modality); None: one group."""

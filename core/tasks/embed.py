@@ -88,6 +88,12 @@ class EmbedTask(TextTask):
             prompt_chars += len(late.separator) * max(0, len(texts) - 1) if late.spans is None else 0
         return sum(map(len, texts)) + prompt_chars <= INLINE_PREPARE_CHARS
 
+    def answer_values(self, request: EmbedRequest, items: Sequence[Encoded]) -> int | None:
+        """TEI's /embed_all answers the encoder's vector of every token."""
+        if request.output != "tokens":
+            return None
+        return sum(it.cost - it.pool_from for it in items) * (self.info.dimension or 0)
+
     def prepare(self, request: EmbedRequest) -> list[Encoded]:
         items = self._prepare(request)
         if request.output == "tokens":

@@ -1,5 +1,5 @@
 """One small request must not buy gigabytes, seconds of a frozen event loop or minutes of work: the
-long-input features (chunking, late chunking), against real server processes on loopback. Each test measures the server process itself (its peak RSS
+long-input features (chunking, late chunking), TEI's /embed_all, against real server processes on loopback. Each test measures the server process itself (its peak RSS
 over the request, sampled from /proc, and the wall-clock time) while another process probes /health,
 and prints the worst request the limits still allow (``-s`` shows the figures docs/reliability.md gives).
 
@@ -219,3 +219,23 @@ def test_late_chunking_spans_count_as_items(server):
     assert response.status_code == 200 and len(response.json()["data"]) == 2048
     assert cost.health_worst_s < 1.0 and cost.grown_mb < 500, cost
     _report(f"worst allowed spans request (2,048 spans, {len(response.content) / 1e6:.1f} MB answer)", cost)
+
+
+# ---- TEI /embed_all --------------------------------------------------------------------------------------
+
+def test_embed_all_is_bounded_by_the_response_limit(server):
+    """32 KB of text answered 74 MB (~2,260x) after 32 s: refused before any inference."""
+    base, pid = server
+    body = {"inputs": ["a " * 254] * 64}  # 32 KB: 64 × 256 tokens, a vector of 384 per token
+    assert len(orjson.dumps(body)) < 33_000
+    with measured(base, pid) as cost:
+        response = _post(base, "/embed_all", body)
+    error = _error(response, 413, "response_too_large")
+    assert "max_response_bytes" in error["message"]
+    _refused_cheaply(cost, 2.0)
+    _report("/embed_all, 32 KB of text (refused)", cost)
+    with measured(base, pid) as cost:  # the worst allowed: 10,900 tokens × 384 values ≤ 32 MiB at 8 bytes a value
+        response = _post(base, "/embed_all", {"inputs": ["a " * 254] * 42})
+    assert response.status_code == 200, response.text[:300]
+    assert cost.health_worst_s < 1.0, cost
+    _report(f"worst allowed /embed_all (42 x 256 tokens, {len(response.content) / 1e6:.1f} MB answer)", cost)
