@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.api.encode import dumps
 from core.api.keys import ApiKeys
-from core.api.admission import BodyReader, Drainer, InProgress
+from core.api.admission import BodyReader, Drainer, InProgress, JsonShape
 from core.api.cors import Cors
 from core.api.guard import UnhandledErrors
 from core.api.observability import Observability, Tracing
@@ -278,7 +278,9 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
     app.add_middleware(Gate, settings=settings, metrics=metrics, state=app.state,
                        health_paths=frozenset(health_paths))
     # outermost: a request takes an in-flight slot only once its whole body has arrived
-    app.add_middleware(BodyReader, max_bytes=settings.max_request_bytes, timeout_s=settings.request_body_timeout_s)
+    app.add_middleware(BodyReader, max_bytes=settings.max_request_bytes, timeout_s=settings.request_body_timeout_s,
+                       shape=JsonShape(max_items=settings.max_items_per_request,
+                                       max_tokens=settings.max_tokens_per_request))
     app.add_middleware(Drainer, in_progress=in_progress)
     # outside the admission: paths, CORS preflights (no API key), the trace, the request id on every answer
     if settings.root_path or settings.url_prefix:

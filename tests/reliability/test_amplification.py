@@ -1,5 +1,5 @@
 """One small request must not buy gigabytes, seconds of a frozen event loop or minutes of work: the
-long-input features (chunking, late chunking), TEI's /embed_all, against real server processes on loopback. Each test measures the server process itself (its peak RSS
+long-input features (chunking, late chunking), wide JSON, TEI's /embed_all, against real server processes on loopback. Each test measures the server process itself (its peak RSS
 over the request, sampled from /proc, and the wall-clock time) while another process probes /health,
 and prints the worst request the limits still allow (``-s`` shows the figures docs/reliability.md gives).
 
@@ -209,6 +209,12 @@ def test_late_chunking_spans_count_as_items(server):
     text = "word " * 190
     with measured(base, pid) as cost:
         response = _post(base, "/v1/embeddings", {"model": "m", "input": text,
+                                                  "late_chunking": {"spans": [[0, 4]] * 150_000}})
+    _error(response, 413, "too_many_values")  # more values than any request holds: refused before validation
+    _refused_cheaply(cost, 2.0)
+    _report("late chunking, 150,000 spans (refused)", cost)
+    with measured(base, pid) as cost:
+        response = _post(base, "/v1/embeddings", {"model": "m", "input": text,
                                                   "late_chunking": {"spans": [[0, 4]] * 2049}})
     error = _error(response, 413)
     assert error["param"] == "late_chunking.spans" and "2049" in error["message"]
@@ -219,6 +225,28 @@ def test_late_chunking_spans_count_as_items(server):
     assert response.status_code == 200 and len(response.json()["data"]) == 2048
     assert cost.health_worst_s < 1.0 and cost.grown_mb < 500, cost
     _report(f"worst allowed spans request (2,048 spans, {len(response.content) / 1e6:.1f} MB answer)", cost)
+
+
+# ---- wide JSON -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path, key", [("/v1/embeddings", "input"), ("/decode", "ids")])
+def test_wide_json_is_refused_before_it_is_parsed_on_the_event_loop(server, path, key):
+    """{"input": [[]] * 2.6M} (7.8 MB) stalled the event loop 7.9 s before its 413; the same on /decode."""
+    base, pid = server
+    body = orjson.dumps({key: [[]] * 2_600_000})
+    assert len(body) < 8 * 1024 * 1024
+    with measured(base, pid) as cost:
+        response = _post(base, path, body)
+    _error(response, 413, "too_many_values")
+    _refused_cheaply(cost, 2.0)
+    assert cost.health_worst_s < 0.5, cost
+    _report(f"wide JSON on {path}, 2.6M elements (refused)", cost)
+    # the widest body let through to validation (just within the bound): answered quickly
+    with measured(base, pid) as cost:
+        response = _post(base, path, orjson.dumps({key: [[]] * 33_000}))
+    assert response.status_code in (200, 413, 422), response.text[:300]
+    assert cost.health_worst_s < 0.5, cost
+    _report(f"widest JSON validated on {path} (33,000 elements)", cost)
 
 
 # ---- TEI /embed_all --------------------------------------------------------------------------------------
