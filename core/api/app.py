@@ -7,8 +7,8 @@ import logging
 import signal
 import threading
 import time
-from contextlib import asynccontextmanager
-from typing import Callable, Iterable
+from contextlib import asynccontextmanager, contextmanager
+from typing import Callable, Iterable, Iterator
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -108,14 +108,21 @@ class InflightLimit:
                               retry_after=self.retry_after)
         return None
 
-    async def run(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """One in-flight slot for the duration (a request; or one record of a JSON Lines mini-batch, which
+        runs as a request of its own inside the one that carried it)."""
         self.inflight += 1
         self.metrics.inflight.inc()
         try:
-            await app(scope, receive, send)
+            yield
         finally:
             self.inflight -= 1
             self.metrics.inflight.dec()
+
+    async def run(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+        with self.held():
+            await app(scope, receive, send)
 
 
 class Gate:
@@ -132,6 +139,7 @@ class Gate:
         self.open_paths = OPEN_PATHS | health_paths | ({"/metrics"} if settings.metrics_public else set())
         self.service_paths = SERVICE_PATHS | health_paths
         self.admission = InflightLimit(settings, metrics, state)
+        state.inflight_limit = self.admission  # what a request's inner requests are admitted by (JSON Lines)
         self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

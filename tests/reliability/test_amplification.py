@@ -1,5 +1,6 @@
 """One small request must not buy gigabytes, seconds of a frozen event loop or minutes of work: the
-long-input features (chunking, late chunking), wide JSON, TEI's /embed_all, against real server processes on loopback. Each test measures the server process itself (its peak RSS
+long-input features (chunking, late chunking), wide JSON, TEI's /embed_all and SageMaker's JSON Lines,
+against real server processes on loopback. Each test measures the server process itself (its peak RSS
 over the request, sampled from /proc, and the wall-clock time) while another process probes /health,
 and prints the worst request the limits still allow (``-s`` shows the figures docs/reliability.md gives).
 
@@ -15,13 +16,14 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import orjson
 import pytest
 
 from benchmarks.server import rss_mb
-from tests.support.server import environ_without_settings, free_port, running_process, uvicorn_command
+from tests.support.server import ROOT, environ_without_settings, free_port, running_process, uvicorn_command
 
 MAX_TOKENS = 32768
 
@@ -267,3 +269,90 @@ def test_embed_all_is_bounded_by_the_response_limit(server):
     assert response.status_code == 200, response.text[:300]
     assert cost.health_worst_s < 1.0, cost
     _report(f"worst allowed /embed_all (42 x 256 tokens, {len(response.content) / 1e6:.1f} MB answer)", cost)
+
+
+# ---- SageMaker JSON Lines --------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sagemaker(minilm_onnx_dir):
+    port = free_port()
+    env = _env([{"path": str(minilm_onnx_dir), "name": "m", "backend": "onnx"}], port,
+               max_inflight_requests=24)
+    env.update(SAGEMAKER_BIND_TO_PORT=str(port), PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, str(ROOT / "adapters" / "sagemaker" / "serve")]
+    with running_process(cmd, env, port=port, ready_path="/ping", cwd=Path("/"), timeout=180,
+                         name="amplification-sagemaker") as (base, proc):
+        yield base, proc.pid
+
+
+def _jsonl(base: str, records: list[dict]) -> httpx.Response:
+    body = b"".join(orjson.dumps(r) + b"\n" for r in records)
+    return httpx.post(base + "/invocations", content=body, timeout=300,
+                      headers={"content-type": "application/jsonlines", "accept": "application/jsonlines",
+                               "x-amzn-sagemaker-custom-attributes": "route=embeddings"})
+
+
+def _items_embedded(base: str) -> float:
+    text = httpx.get(base + "/metrics", timeout=30).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("tessera_batch_size_sum"))
+
+
+def test_json_lines_records_count_toward_the_item_limit(sagemaker):
+    """20,000 records in a 280 KB body ran 185 s of inference on one in-flight slot, then a 413 threw it
+    all away: now refused before any record runs."""
+    base, pid = sagemaker
+    before = _items_embedded(base)
+    with measured(base, pid) as cost:
+        response = _jsonl(base, [{"input": f"r {i}"} for i in range(20_000)])
+    assert response.status_code == 413, response.text[:300]
+    _refused_cheaply(cost, 3.0)
+    assert _items_embedded(base) == before  # nothing ran
+    _report("JSON Lines, 20,000 records (refused)", cost)
+
+
+def test_a_json_lines_answer_that_cannot_fit_is_refused_before_the_work(sagemaker):
+    base, pid = sagemaker
+    before = _items_embedded(base)
+    records = [{"input": [f"record {i}", "two"]} for i in range(1000)]  # 2,000 vectors of 384: ~9 MB > 6 MB
+    with measured(base, pid) as cost:
+        response = _jsonl(base, records)
+    error = _error(response, 413, "response_too_large")
+    assert "at least" in error["message"]
+    assert _items_embedded(base) == before
+    _refused_cheaply(cost, 3.0)
+    with measured(base, pid) as cost:  # the worst allowed: 1,000 records of one input (~4.4 MB answer)
+        response = _jsonl(base, [{"input": f"record {i}"} for i in range(1000)])
+    assert response.status_code == 200 and len(response.content.splitlines()) == 1000
+    assert cost.health_worst_s < 1.0, cost
+    _report(f"worst allowed JSON Lines mini-batch (1,000 records, {len(response.content) / 1e6:.1f} MB)", cost)
+
+
+def test_json_lines_records_hold_in_flight_slots(sagemaker):
+    """Each record runs as a request in flight: a mini-batch runs no more records at once than the
+    in-flight cap leaves room for (24 here, below the 64 records it would run), and the gauge shows them."""
+    base, pid = sagemaker
+    records = [{"input": ["a long record that takes the model a while " * 8] * 16} for _ in range(32)]
+    seen: list[float] = []
+    done = threading.Event()
+    result: list[httpx.Response] = []
+
+    def send() -> None:
+        try:
+            result.append(_jsonl(base, records))
+        finally:
+            done.set()
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    for _ in range(20_000):  # bounded: until the mini-batch is answered
+        if done.wait(0.01):
+            break
+        text = httpx.get(base + "/metrics", timeout=30).text
+        seen += [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                 if line.startswith("tessera_inflight_requests ")]
+    sender.join(300)
+    assert result and result[0].status_code == 200, result and result[0].text[:300]
+    assert result[0].headers["x-tessera-failed-records"] == "0"
+    assert max(seen) > 2, max(seen)  # the records, not just the one request that carried them
+    assert max(seen) <= 24, max(seen)  # the cap holds, the carrying request included
