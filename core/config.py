@@ -291,6 +291,10 @@ class Settings(BaseSettings):
                               "without an API key (with API keys set; /health and /ready always are)")
     max_inflight_requests: int = Field(default=512, gt=0, description="requests in progress before 429")
     max_tokens_per_request: int = Field(default=262_144, gt=0, description="tokens in one request (413)")
+    max_response_bytes: int = Field(
+        default=32 * 1024 * 1024, gt=0, description="largest answer that grows with the tokens (a vector per "
+        "token: TEI /embed_all, multi-vector embeddings), counted from the request's tokens before any inference "
+        "(413)")
     allow_degraded: bool = Field(
         default=False, description="start even when some (not all) models fail to load: the others serve, the "
         "failed ones answer 503 and are listed on /ready; false: any model that fails to load fails start-up "

@@ -21,7 +21,7 @@ from core.metrics import Metrics
 from core.request_context import note_work
 from core.tasks import create_task, task_class
 from core.tracing import NO_TRACER, NoTracer, OtelTracer
-from core.tasks.base import Task
+from core.tasks.base import RequestLimits, Task
 from core.tasks.chunking import check_default as check_chunking_default
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,8 @@ class Engine:
         self.metrics = metrics
         self.consecutive_failures = 0
         self.max_tokens_per_request = settings.max_tokens_per_request
+        task.limits = RequestLimits(tokens=settings.max_tokens_per_request, items=settings.max_items_per_request,
+                                    response_bytes=settings.max_response_bytes)
         self.last_error: str | None = None
         #: why this backend serves the model (``/v1/models``' backend_reason); set by ``load``
         self.choice = Choice(backend.name, "given to the engine")
@@ -150,8 +152,25 @@ class Engine:
         if sum(costs) > self.max_tokens_per_request:
             raise TooLarge(f"the request holds {sum(costs)} tokens; the limit is {self.max_tokens_per_request}",
                            code="too_many_tokens")
+        self._check_answer_size(request, items)
         results = await self.batcher.submit(items, costs=costs, deadline=deadline, group=group)
         return self.task.finish(request, items, results)
+
+    #: the fewest bytes a value of a per-token answer takes as a JSON number (digits, sign, point,
+    #: separator; counted low, so that no answer that fits is refused)
+    ANSWER_VALUE_BYTES = 8
+
+    def _check_answer_size(self, request: Any, items: list) -> None:
+        """An answer that grows with the tokens (a vector per token) is refused before any inference when
+        it cannot fit ``max_response_bytes``."""
+        values = self.task.answer_values(request, items)
+        if values is None:
+            return
+        least = values * self.ANSWER_VALUE_BYTES
+        if least > self.task.limits.response_bytes:
+            raise TooLarge(f"the answer would hold {values} values (a vector per token), at least {least} bytes; the "
+                           f"limit is {self.task.limits.response_bytes} (max_response_bytes): send fewer or shorter "
+                           "inputs", code="response_too_large")
 
     def run_sync(self, request: Any) -> Any:
         """The same path without the batcher (benchmarks and parity tests: the in-process reference)."""

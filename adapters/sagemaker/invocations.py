@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import io
+import math
 from typing import Any
 
 import numpy as np
@@ -175,12 +177,66 @@ def _from_inner(status: int, headers: list, body: bytes) -> Response:
     return Response(body, status_code=status, headers=kept)
 
 
-def too_large(size: int, limit: int, route: str) -> TooLarge:
+def too_large(size: int, limit: int, route: str, *, least: bool = False) -> TooLarge:
     hint = "send fewer inputs per request"
     if route in NPY_ROUTES:
         hint += ", ask for Accept: application/x-npy or encoding_format \"base64\" (about 4x smaller)"
-    return TooLarge(f"the response would be {size} bytes, over SageMaker's {limit}-byte limit; {hint}, or embed "
-                    "large corpora with a Batch Transform job (docs/deploy.md)", code="response_too_large")
+    return TooLarge(f"the response would be {'at least ' if least else ''}{size} bytes, over SageMaker's {limit}-byte "
+                    f"limit; {hint}, or embed large corpora with a Batch Transform job (docs/deploy.md)",
+                    code="response_too_large")
+
+
+def _record(record: bytes, attributes: dict[str, str], routes: dict[str, str], request: Request,
+            default_route: str | None) -> tuple[str | None, Any]:
+    """One JSON Lines record → (route, payload to send), or (None, (status, error line)) when it is refused."""
+    try:
+        payload = _decode_json(record)
+        route = str(attributes.get("route") or payload.get("route") or default_route
+                    or _only_capability(request)).strip("/").removeprefix("v1/")
+        if route not in routes:
+            raise NotFound(f"no route {route!r} for /invocations; routes: {sorted(routes)}", param="route")
+    except TesseraError as exc:
+        return None, _record_error(exc)
+    if "model" in attributes and not payload.get("model"):
+        payload["model"] = attributes["model"]
+    return route, payload
+
+
+#: the fewest bytes a value of a float embedding takes in JSON (8-9 significant digits, sign, point,
+#: separator: 12 bytes or so for a unit vector), and the record's answer around each vector; counted low
+FLOAT_JSON_BYTES = 11
+ITEM_JSON_BYTES = 45
+
+
+def _least_answer_bytes(route: str, payload: dict[str, Any], registry: Registry | None) -> int:
+    """The fewest bytes an embeddings record's answer can take (inputs × dimension × bytes per value), from
+    the record alone; 0 where it cannot be told (another route, a record the route will refuse)."""
+    if route != "embeddings" or registry is None:
+        return 0
+    value, model = payload.get("input"), payload.get("model")
+    if isinstance(value, str) or (isinstance(value, list) and value and isinstance(value[0], int)):
+        count = 1
+    elif isinstance(value, list):
+        count = len(value)
+    else:
+        return 0
+    if (model is not None and not isinstance(model, str)) or payload.get("modality", "text") != "text":
+        return 0
+    try:
+        engine = registry.get(model, "embeddings")
+    except TesseraError:
+        return 0
+    dimension = getattr(engine.task, "dimension", None)
+    if not dimension or (payload.get("embedding_type") or engine.spec.embedding_dtype) != "float":
+        return 0
+    asked = payload.get("dimensions")
+    if isinstance(asked, int) and not isinstance(asked, bool) and 0 < asked < dimension:
+        dimension = asked
+    if payload.get("encoding_format", "float") == "float":
+        per_vector = FLOAT_JSON_BYTES * dimension
+    else:  # base64: the float32 bytes
+        per_vector = 4 * math.ceil(4 * dimension / 3)
+    return count * (per_vector + ITEM_JSON_BYTES)
 
 
 def _record_error(exc: TesseraError) -> tuple[int, bytes]:
@@ -196,7 +252,19 @@ def build_router(default_route: str | None = None, *, max_response_bytes: int = 
         records = split_records(body)
         if not records:
             raise InvalidInput("the JSON Lines body holds no record", code="invalid_json")
+        settings = request.app.state.settings
+        if len(records) > settings.max_items_per_request:  # each record is at least one item
+            raise TooLarge(f"{len(records)} records in one mini-batch; each is at least one input and the limit is "
+                           f"{settings.max_items_per_request} per request: use a smaller MaxPayloadInMB",
+                           code="too_many_records")
         routes = post_routes(request.app)
+        parsed = [_record(record, attributes, routes, request, default_route) for record in records]
+        if max_response_bytes:  # an answer that cannot fit is refused before any record runs
+            least = sum(_least_answer_bytes(route, payload, request.app.state.registry)
+                        for route, payload in parsed if route is not None)
+            if least > max_response_bytes:
+                raise too_large(least, max_response_bytes, "jsonlines", least=True)
+        admission = getattr(request.app.state, "inflight_limit", None)
         disconnected = asyncio.Event()
 
         async def watch() -> None:
@@ -204,24 +272,24 @@ def build_router(default_route: str | None = None, *, max_response_bytes: int = 
                 pass
             disconnected.set()
 
-        async def run(record: bytes) -> tuple[int, bytes]:
-            try:
-                payload = _decode_json(record)
-                route = str(attributes.get("route") or payload.get("route") or default_route
-                            or _only_capability(request)).strip("/").removeprefix("v1/")
-                if route not in routes:
-                    raise NotFound(f"no route {route!r} for /invocations; routes: {sorted(routes)}", param="route")
-            except TesseraError as exc:
-                return _record_error(exc)
-            if "model" in attributes and not payload.get("model"):
-                payload["model"] = attributes["model"]
-            status, _, answer = await forward(request, "POST", routes[route], orjson.dumps(payload),
-                                              disconnected=disconnected, json_body=True)
+        async def run(index: bytes) -> tuple[int, bytes]:  # the record's index: its line is parsed already
+            route, payload = parsed[int(index)]
+            if route is None:
+                return payload
+            refusal = admission.refusal() if admission is not None else None
+            if refusal is not None:  # each record is a request in flight: past the cap it waits (429 is retried)
+                return _record_error(refusal)
+            with admission.held() if admission is not None else contextlib.nullcontext():
+                status, _, answer = await forward(request, "POST", routes[route], orjson.dumps(payload),
+                                                  disconnected=disconnected, json_body=True)
             return status, answer
 
         watcher = asyncio.create_task(watch())
         try:
-            lines, failed = await run_records(records, run, concurrency=record_concurrency)
+            # no more records at once than the in-flight cap leaves room for (each is a request in flight)
+            room = admission.max_inflight - admission.inflight if admission is not None else record_concurrency
+            lines, failed = await run_records([str(i).encode() for i in range(len(parsed))], run,
+                                              concurrency=max(1, min(record_concurrency, room)))
         finally:
             watcher.cancel()
         answer = assemble(lines)

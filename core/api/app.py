@@ -7,8 +7,8 @@ import logging
 import signal
 import threading
 import time
-from contextlib import asynccontextmanager
-from typing import Callable, Iterable
+from contextlib import asynccontextmanager, contextmanager
+from typing import Callable, Iterable, Iterator
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.api.encode import dumps
 from core.api.keys import ApiKeys
-from core.api.admission import BodyReader, Drainer, InProgress
+from core.api.admission import BodyReader, Drainer, InProgress, JsonShape
 from core.api.cors import Cors
 from core.api.docs_ui import DOC_PATHS, add_offline_docs
 from core.api.guard import UnhandledErrors
@@ -110,14 +110,21 @@ class InflightLimit:
                               retry_after=self.retry_after)
         return None
 
-    async def run(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """One in-flight slot for the duration (a request; or one record of a JSON Lines mini-batch, which
+        runs as a request of its own inside the one that carried it)."""
         self.inflight += 1
         self.metrics.inflight.inc()
         try:
-            await app(scope, receive, send)
+            yield
         finally:
             self.inflight -= 1
             self.metrics.inflight.dec()
+
+    async def run(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+        with self.held():
+            await app(scope, receive, send)
 
 
 class Gate:
@@ -135,6 +142,7 @@ class Gate:
                            | (DOC_PATHS if settings.docs_public else set()))
         self.service_paths = SERVICE_PATHS | health_paths
         self.admission = InflightLimit(settings, metrics, state)
+        state.inflight_limit = self.admission  # what a request's inner requests are admitted by (JSON Lines)
         self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -285,7 +293,9 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
     app.add_middleware(Gate, settings=settings, metrics=metrics, state=app.state,
                        health_paths=frozenset(health_paths))
     # outermost: a request takes an in-flight slot only once its whole body has arrived
-    app.add_middleware(BodyReader, max_bytes=settings.max_request_bytes, timeout_s=settings.request_body_timeout_s)
+    app.add_middleware(BodyReader, max_bytes=settings.max_request_bytes, timeout_s=settings.request_body_timeout_s,
+                       shape=JsonShape(max_items=settings.max_items_per_request,
+                                       max_tokens=settings.max_tokens_per_request))
     app.add_middleware(Drainer, in_progress=in_progress)
     # outside the admission: paths, CORS preflights (no API key), the trace, the request id on every answer
     if settings.root_path or settings.url_prefix:

@@ -10,6 +10,7 @@ Items of many requests share a batch; ``finish`` sees only its own request's ite
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Protocol, Sequence
 
 import numpy as np
@@ -24,6 +25,16 @@ AUXILIARY_CAPABILITIES = frozenset({"tokenize", "score", "embed_all"})
 
 #: texts up to this many characters in all are tokenized on the event loop (~0.1 ms), not on a worker
 INLINE_PREPARE_CHARS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLimits:
+    """The server's per-request limits a task applies while it plans a request's items (the engine sets
+    them from the settings): long-input windows are counted against them before any is built."""
+
+    tokens: int = 262_144  # max_tokens_per_request
+    items: int = 2048  # max_items_per_request
+    response_bytes: int = 32 * 1024 * 1024  # max_response_bytes
 
 
 class Item(Protocol):
@@ -54,6 +65,8 @@ class Task:
     #: True: the task embeds long texts in windows (a request's ``chunking``, a spec's default); the
     #: others refuse both (core/tasks/chunking.py)
     chunks: ClassVar[bool] = False
+    #: the server's per-request limits (``Engine`` sets the settings' own; defaults are the settings' defaults)
+    limits: RequestLimits = RequestLimits()
 
     async def fetch_inputs(self, request: Any) -> None:
         """Fetch what ``prepare`` needs from the network (only called when ``fetches_inputs``)."""
@@ -65,6 +78,12 @@ class Task:
         """True when preparing is cheaper than a thread hop (a few short texts): the engine then runs
         ``prepare`` on the event loop itself."""
         return False
+
+    def answer_values(self, request: Any, items: Sequence[Item]) -> int | None:
+        """How many values the answer will hold when it grows with the tokens (a vector per token); None:
+        one result per item, which the item limit bounds. The engine refuses, before any inference, a
+        request whose answer cannot fit ``limits.response_bytes``."""
+        return None
 
     def batch_group(self, request: Any) -> str | None:
         """A key that items must share to meet in a batch (e.g. the modality); None: one group."""

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from core.errors import InvalidInput
+from core.errors import InvalidInput, TooLarge
 from core.tasks.vectors import l2_normalize
 from core.tokenization import Encoded, unencodable
 
@@ -133,10 +133,7 @@ def _encode(tok, texts: list[str]):
         raise error from None
 
 
-def _windows(tok, encoding, size: int, overlap: int, param: str) -> list:
-    """The encoding cut into windows of ``size`` tokens with the special tokens added (overlapping by
-    ``overlap``), as a tokenizer's truncation with ``stride`` returns them (the first and its overflowing)."""
-    specials = tok.num_special_tokens_to_add(False)
+def _check_window_shape(size: int, overlap: int, specials: int, param: str) -> None:
     content = size - specials
     if content <= 0:
         raise InvalidInput(f"{param}: size {size} leaves no room for the model's {specials} special tokens",
@@ -144,8 +141,50 @@ def _windows(tok, encoding, size: int, overlap: int, param: str) -> list:
     if not 0 <= overlap < content:
         raise InvalidInput(f"{param}: overlap must be at least 0 and less than the {content} text tokens of a "
                            f"window (size {size} less {specials} special tokens)", param=param)
-    encoding.truncate(content, stride=overlap)
+
+
+def _windows(tok, encoding, size: int, overlap: int, param: str) -> list:
+    """The encoding cut into windows of ``size`` tokens with the special tokens added (overlapping by
+    ``overlap``), as a tokenizer's truncation with ``stride`` returns them (the first and its overflowing)."""
+    specials = tok.num_special_tokens_to_add(False)
+    _check_window_shape(size, overlap, specials, param)
+    encoding.truncate(size - specials, stride=overlap)
     return [tok.post_process(w, add_special_tokens=True) for w in [encoding, *encoding.overflowing]]
+
+
+def window_plan(tokens: int, content: int, overlap: int, specials: int) -> tuple[int, int]:
+    """(windows, tokens embedded) of a text of ``tokens`` tokens cut into windows of ``content`` text
+    tokens overlapping by ``overlap``, each with ``specials`` special tokens: what ``_windows`` builds,
+    computed without building it."""
+    if tokens <= content:
+        return 1, tokens + specials
+    step = content - overlap
+    windows = 1 + -(-(tokens - content) // step)
+    last = tokens - (windows - 1) * step  # the last window holds the rest
+    return windows, (windows - 1) * content + last + windows * specials
+
+
+class WindowBudget:
+    """The windows a request's texts are cut into, counted against the request's limits (tokens embedded,
+    ``max_tokens_per_request``; windows as items, ``max_items_per_request``) before any window is built:
+    a 1-token stride over a long text would otherwise build tens of thousands of windows first."""
+
+    def __init__(self, limits, param: str):
+        self.limits, self.param = limits, param
+        self.windows = self.tokens = 0
+
+    def add(self, tokens: int, content: int, overlap: int, specials: int, what: str) -> None:
+        windows, embedded = window_plan(tokens, content, overlap, specials)
+        self.windows += windows
+        self.tokens += embedded
+        if self.tokens > self.limits.tokens:
+            raise TooLarge(f"{self.param}: {what} makes {windows} windows ({embedded} tokens to embed, {self.tokens} "
+                           f"in the request so far); the limit is {self.limits.tokens} tokens per request: use "
+                           "larger windows or less overlap", param=self.param, code="too_many_tokens")
+        if self.windows > self.limits.items:
+            raise TooLarge(f"{self.param}: {what} makes {windows} windows ({self.windows} in the request so far); "
+                           f"each window is an item and the limit is {self.limits.items} per request: use larger "
+                           "windows or less overlap", param=self.param, code="too_many_windows")
 
 
 def _check(task, request) -> None:
@@ -167,8 +206,14 @@ def prepare_chunked(task, request) -> list[Window]:
         raise InvalidInput(f"chunking.size must be between 1 and the model's max length {task.info.max_length}",
                            param="chunking")
     tok = task.tokenizer.untruncated
+    encodings = _encode(tok, list(request.texts))
+    specials = tok.num_special_tokens_to_add(False)
+    _check_window_shape(size, options.overlap, specials, "chunking")
+    budget = WindowBudget(task.limits, "chunking")
+    for i, enc in enumerate(encodings):
+        budget.add(len(enc.ids), size - specials, options.overlap, specials, f"input[{i}]")
     items: list[Window] = []
-    for i, enc in enumerate(_encode(tok, list(request.texts))):
+    for i, enc in enumerate(encodings):
         for w in _windows(tok, enc, size, options.overlap, "chunking"):
             ids = np.asarray(w.ids, dtype=np.int64)
             items.append(Window(ids, np.asarray(w.type_ids, dtype=np.int64), text=i))
@@ -217,6 +262,11 @@ def prepare_late(task, request) -> list[LateWindow]:
     tok = task.tokenizer.untruncated
     (enc,) = _encode(tok, [text])
     offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
+    overlap = request.late_chunking.overlap
+    specials = tok.num_special_tokens_to_add(False)
+    _check_window_shape(task.info.max_length, overlap, specials, "late_chunking")
+    WindowBudget(task.limits, "late_chunking").add(len(offsets), task.info.max_length - specials, overlap, specials,
+                                                   "the context")
     chunks = []
     for j, (start, end) in enumerate(spans):
         inside = np.nonzero((offsets[:, 0] < end) & (offsets[:, 1] > start))[0]
@@ -225,8 +275,7 @@ def prepare_late(task, request) -> list[LateWindow]:
         chunks.append(inside)
     items: list[LateWindow] = []
     held = 0  # context tokens the windows so far hold
-    overlap = request.late_chunking.overlap
-    step = task.info.max_length - tok.num_special_tokens_to_add(False) - overlap
+    step = task.info.max_length - specials - overlap
     for k, w in enumerate(_windows(tok, enc, task.info.max_length, overlap, "late_chunking")):
         content = np.nonzero(np.asarray(w.special_tokens_mask) == 0)[0]
         keep = content[max(0, held - k * step):]  # window k starts at context token k * step

@@ -12,6 +12,9 @@ from core.errors import InvalidInput, TooLarge
 from core.loading import ModelInfo, read_embed_pipeline, task_adapters
 from core.tasks import chunking
 from core.tasks.base import INLINE_PREPARE_CHARS, TextTask
+
+#: a late-chunking request with more spans than this is prepared on a worker thread, whatever its length
+INLINE_PREPARE_SPANS = 32
 from core.tasks.dense import DenseLayer
 from core.tasks.prompts import resolve_prompt
 from core.tasks.vectors import l2_normalize, pool, shape_vectors
@@ -140,7 +143,18 @@ class EmbedTask(TextTask):
         if texts is None or request.modality != "text":
             return False
         prompt_chars = len(request.prompt or "") * len(texts)  # the prompt is tokenized with every text
+        late = request.late_chunking
+        if late is not None:  # one context: the chunks and the separators between them; each span is pooled
+            if late.spans is not None and len(late.spans) > INLINE_PREPARE_SPANS:
+                return False
+            prompt_chars += len(late.separator) * max(0, len(texts) - 1) if late.spans is None else 0
         return sum(map(len, texts)) + prompt_chars <= INLINE_PREPARE_CHARS
+
+    def answer_values(self, request: EmbedRequest, items: Sequence[Encoded]) -> int | None:
+        """TEI's /embed_all answers the encoder's vector of every token."""
+        if request.output != "tokens":
+            return None
+        return sum(it.cost - it.pool_from for it in items) * (self.info.dimension or 0)
 
     def prepare(self, request: EmbedRequest) -> list[Encoded]:
         adapter = self._adapter(request) if self.adapters or request.task is not None else None

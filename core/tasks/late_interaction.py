@@ -241,6 +241,12 @@ class LateInteractionTask(Task):
             texts = [prompt + t for t in texts]
         return self._items(texts, is_query=kind in QUERY_TYPES, truncate=request.truncate)
 
+    def answer_values(self, request, items: Sequence[TokenItem]) -> int | None:
+        """An embedding answers a vector per kept token; a score request, one score per document."""
+        if isinstance(request, ScoreRequest):
+            return None
+        return int(sum(int(it.keep.sum()) if it.keep is not None else it.cost for it in items)) * (self.dimension or 0)
+
     def collate(self, items: Sequence[TokenItem]) -> Mapping[str, np.ndarray]:
         longest = max(it.cost for it in items)
         n = len(items)

@@ -181,3 +181,18 @@ def test_tokenize_has_the_limits_of_the_other_routes(minilm_dir):
                             headers={"X-Request-Timeout": "0.05"})
         assert_error(response, 504)
         assert one.post("/v1/tokenize", json={"input": "fine"}).json()["data"][0]["count"] == 3
+
+
+def test_a_multi_vector_answer_is_bounded_by_the_response_limit(colbert_dir):
+    """A vector per token: the answer grows with the tokens, so it is counted (values × 8 bytes, low)
+    against max_response_bytes before any inference; a score request answers one number per document."""
+    with client_for(models=[{"path": str(colbert_dir), "name": "colbert", "backend": "torch"}],
+                    max_response_bytes=20_000) as c:
+        ok = c.post("/v1/embeddings", json={"model": "colbert", "input": ["a short text"]})
+        assert ok.status_code == 200, ok.text
+        refused = c.post("/v1/embeddings", json={"model": "colbert", "input": ["word " * 200] * 8})
+        assert refused.status_code == 413, refused.text[:300]  # 8 texts × 64 tokens × 16 values: 65 KB at least
+        assert_error(refused, 413, "response_too_large")
+        assert "max_response_bytes" in refused.json()["error"]["message"]
+        scored = c.post("/v1/score", json={"model": "colbert", "query": "q", "documents": ["word " * 200] * 4})
+        assert scored.status_code == 200, scored.text

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from core.api.serving.context import Served, Serving
-from core.api.serving.inputs import embedding_input, media_refs, not_empty, truncation_direction
+from core.api.serving.inputs import (check_late_chunking, embedding_input, media_refs, not_empty,
+                                     truncation_direction)
 from core.cache import cacheable
 from core.config import Settings
 from core.engine import Engine
@@ -42,6 +43,7 @@ def embed_request(settings: Settings, value: Any, *, modality: str = "text", tru
         )
     texts, token_ids = embedding_input(value, settings, param, prompt=prompt)
     chunk, late = long_input_options(chunking, late_chunking)
+    check_late_chunking(texts, late, settings)
     return EmbedRequest(
         texts=texts, token_ids=token_ids, truncate=truncate, normalize=normalize, dimensions=dimensions,
         prompt=prompt, prompt_name=prompt_name, input_type=input_type, chunking=chunk, late_chunking=late,

@@ -40,6 +40,22 @@ def check_prompt(prompt: str | None, texts: Sequence[str], settings: Settings) -
                        f"limit per request is {settings.max_request_bytes}", param="prompt")
 
 
+def check_late_chunking(texts: Sequence[str] | None, late: Any, settings: Settings) -> None:
+    """Late chunking embeds one context: its chunks joined by the separator (which counts toward every
+    character limit, as the context is tokenized whole), or one text with spans (each span an item)."""
+    if late is None or texts is None:
+        return
+    if late.spans is not None:
+        check_count(len(late.spans), settings, "late_chunking.spans")
+        return
+    chars = sum(map(len, texts)) + len(late.separator) * max(0, len(texts) - 1)
+    limit = settings.max_chars_per_item
+    if chars > limit:
+        raise TooLarge(f"late_chunking: the {len(texts)} chunks joined by the {len(late.separator)}-character "
+                       f"separator make a {chars}-character context, tokenized as one text; the limit is {limit}",
+                       param="late_chunking")
+
+
 def text_list(value: str | list[str], param: str, settings: Settings) -> list[str]:
     texts = [value] if isinstance(value, str) else list(value)
     not_empty(texts, param)
