@@ -106,8 +106,7 @@ def job_description(settings, options: JobOptions) -> dict:
                                                         "threads", "workers", "ort_spin"})
     return {"input": options.input, "format": formats.detect_format(options.input, options.format),
             "text_column": options.text_column, "id_column": options.id_column, "model": spec_fields,
-            "model_source": model_source(spec), "options": options.vector_options(),
-            "rows_per_part": options.rows_per_part}
+            "model_source": model_source(spec), "options": options.vector_options()}
 
 
 def select_spec(settings, name: str | None):
