@@ -304,6 +304,7 @@ def begin(settings, options: JobOptions, summary: Summary, description: dict | N
     ``description``: the job's (default :func:`job_description`; a remote model describes itself)."""
     if not formats.is_uri(options.input) and not Path(options.input).is_file():
         raise JobError(f"--input {options.input}: no such file")
+    formats.pyarrow()  # the [bulk] extra, before any work
     description = description or job_description(settings, options)
     if not options.overwrite and _output_complete(options.output, description, summary):
         return None
