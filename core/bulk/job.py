@@ -106,8 +106,7 @@ def job_description(settings, options: JobOptions) -> dict:
                                                         "threads", "workers", "ort_spin"})
     return {"input": options.input, "format": formats.detect_format(options.input, options.format),
             "text_column": options.text_column, "id_column": options.id_column, "model": spec_fields,
-            "model_source": model_source(spec), "options": options.vector_options(),
-            "rows_per_part": options.rows_per_part}
+            "model_source": model_source(spec), "options": options.vector_options()}
 
 
 def select_spec(settings, name: str | None):
@@ -305,6 +304,7 @@ def begin(settings, options: JobOptions, summary: Summary, description: dict | N
     ``description``: the job's (default :func:`job_description`; a remote model describes itself)."""
     if not formats.is_uri(options.input) and not Path(options.input).is_file():
         raise JobError(f"--input {options.input}: no such file")
+    formats.pyarrow()  # the [bulk] extra, before any work
     description = description or job_description(settings, options)
     if not options.overwrite and _output_complete(options.output, description, summary):
         return None

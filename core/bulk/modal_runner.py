@@ -61,7 +61,7 @@ def run_modal_job(settings, options: JobOptions, embed_map: Callable[[list[list[
     description = {"input": options.input, "format": formats.detect_format(options.input, options.format),
                    "text_column": options.text_column, "id_column": options.id_column,
                    "model": {"served": model["name"], "identity": model["identity"]},
-                   "options": options.vector_options(), "rows_per_part": options.rows_per_part}
+                   "options": options.vector_options()}
     state = begin(settings, options, summary, description)
     if state is None:
         return summary

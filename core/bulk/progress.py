@@ -16,7 +16,7 @@ class Progress:
         self.every_s = every_s if not self.tty else 0.2
         self._start_rows = 0
         self._started = time.monotonic()
-        self._last = 0.0
+        self._last: float | None = None  # when a line was last written
 
     def start(self, rows_done: int) -> None:
         self._start_rows = rows_done
@@ -39,7 +39,7 @@ class Progress:
 
     def update(self, rows: int, computed: int) -> None:
         now = time.monotonic()
-        if now - self._last < self.every_s:
+        if self._last is not None and now - self._last < self.every_s:
             return
         self._last = now
         if self.tty:
@@ -53,7 +53,7 @@ class Progress:
             self._print(self.line(rows, computed))
 
     def finish(self) -> None:
-        if self.tty and self._last:
+        if self.tty and self._last is not None:
             self.stream.write("\n")
             self.stream.flush()
 

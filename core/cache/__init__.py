@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import time
+import weakref
 from typing import Any
 
 import numpy as np
@@ -72,7 +73,8 @@ class EmbeddingCache:
     def __init__(self, store: Store, metrics: Any = None) -> None:
         self.store = store
         self.metrics = metrics
-        self._identities: dict[int, asyncio.Future] = {}
+        #: engine → its identity's computation (weak: an engine rebuilt later is hashed again)
+        self._identities: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._down_until = 0.0
         self.hits = 0
         self.misses = 0
@@ -84,15 +86,15 @@ class EmbeddingCache:
 
     async def identity(self, engine: Any) -> str:
         """The engine's model identity, computed once (its files hashed in a worker thread)."""
-        known = self._identities.get(id(engine))
+        known = self._identities.get(engine)
         if known is None:
             known = asyncio.ensure_future(asyncio.to_thread(model_identity, engine))
-            self._identities[id(engine)] = known
+            self._identities[engine] = known
         try:
             return await asyncio.shield(known)
         except BaseException:
             if known.done():
-                self._identities.pop(id(engine), None)
+                self._identities.pop(engine, None)
             raise
 
     def prefix(self, identity: str, request: Any) -> bytes:

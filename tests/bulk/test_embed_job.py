@@ -232,3 +232,17 @@ def test_uris_go_through_pyarrows_filesystems_with_the_work_folder_under_cache_d
     assert (tmp_path / "cache" / "jobs").is_dir() and not any((tmp_path / "cache" / "jobs").iterdir())
     again = run(settings, input=f"file://{source}", output=f"file://{out}", rows_per_part=10)
     assert again.already_complete
+
+
+@pytest.mark.parametrize("module, extra, runner", [("pyarrow", "bulk", "local"), ("ray", "ray", "ray")])
+def test_a_missing_optional_package_names_its_extra(tmp_path, job_model, monkeypatch, module, extra, runner):
+    source = tmp_path / "c.txt"
+    source.write_text("one\ntwo\n")
+    code = ("import sys; sys.modules[%r] = None\n"
+            "from core.cli import main\n"
+            "raise SystemExit(main(sys.argv[1:]))") % module
+    done = subprocess.run([sys.executable, "-c", code, *embed_command(source, tmp_path / "o.parquet", job_model,
+                                                                      "--on", runner)[3:]],
+                          cwd=ROOT, env=job_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"[{extra}]" in done.stderr and "is not installed" in done.stderr
