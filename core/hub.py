@@ -138,6 +138,8 @@ def select_files(files: Iterable[str], *, backend: str = "auto", dtype: str = "f
         if graph is not None:
             # external data beside the graph: model.onnx_data, model.onnx.data
             weights |= {graph} | {f for f in files if f.startswith(graph + "_data") or f.startswith(graph + ".data")}
+            # the exporter's record of the code the graph came from (a model with its own code needs it)
+            weights |= {f for f in files if f == (PurePosixPath(graph).parent / "parity.json").as_posix()}
         elif backend == "onnx":
             wanted = [PurePosixPath(onnx_file).as_posix()] if onnx_file is not None else list(onnx_graph_names(dtype))
             raise ModelUnavailable(f"{where} has no ONNX graph for dtype {dtype} (looked for {wanted}); serve it "

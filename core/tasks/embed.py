@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from core.config import ModelSpec
-from core.errors import InvalidInput, TooLarge
+from core.errors import InvalidInput, TooLarge, Unsupported
 from core.loading import ModelInfo, read_embed_pipeline, task_adapters
 from core.tasks import chunking
 from core.tasks.base import INLINE_PREPARE_CHARS, TextTask
@@ -63,6 +63,10 @@ class EmbedResult:
     input_tokens: list[int] | None = None
 
 
+#: vision–language model types whose embedders the embed task does not implement (refused, never run as text)
+VISION_LANGUAGE_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
+
+
 class EmbedTask(TextTask):
     name: ClassVar[str] = "embed"
     head: ClassVar[str] = "encoder"
@@ -73,6 +77,12 @@ class EmbedTask(TextTask):
     chunks: ClassVar[bool] = True
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
+        if info.model_type in VISION_LANGUAGE_TYPES:
+            raise Unsupported(
+                f"{info.folder}: model_type {info.model_type!r} is a vision–language model (the Qwen2-VL layout of "
+                "GME, jina-embeddings-v4 and Qwen3-VL-Embedding); its embedders format text and images through "
+                "the chat template and pool one token, which Tessera does not implement: served as a text encoder "
+                "it would give different vectors. Serve it with its model card's code", code="unsupported_architecture")
         super().__init__(info, spec)
         self.spec = spec
         #: Pooling mode, prompt handling, the Dense/Normalize steps after pooling, trailing Normalize

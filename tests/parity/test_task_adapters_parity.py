@@ -126,3 +126,10 @@ def test_task_field_over_http(jina_onnx_dir, task_reference, sentences):  # noqa
         assert missing.status_code == 400 and "retrieval.passage" in missing.json()["error"]["message"]
         card = next(m for m in client.get("/v1/models").json()["data"] if m["id"] == "jina")
         assert card["tasks"] == JINA_TASKS
+
+
+def test_task_on_a_model_of_another_task_is_refused_over_http(colbert_dir):
+    """A multi-vector model has no adapters: the field is refused, not ignored."""
+    with TestClient(create_app(Settings(models=[ModelSpec(path=colbert_dir, name="colbert")], threads=2))) as client:
+        r = client.post("/v1/embeddings", json={"model": "colbert", "input": "x", "task": "retrieval.query"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "task", r.text

@@ -42,6 +42,13 @@ def test_stanford_colbert_settings_and_projection_are_fetched_for_every_backend(
         assert {"artifact.metadata", "linear.safetensors"} <= set(select_files(repo, backend=backend))
 
 
+def test_the_exporters_parity_record_travels_with_the_graph():
+    repo = META + ["model.safetensors", "onnx/model.onnx", "onnx/parity.json", "modeling_lora.py"]
+    assert "onnx/parity.json" in select_files(repo, backend="onnx")
+    assert "onnx/parity.json" in select_files(repo, backend="auto", trust_remote_code=True)
+    assert "onnx/parity.json" not in select_files(repo, backend="torch")
+
+
 @pytest.mark.parametrize("dtype, graph", [("float32", "onnx/model.onnx"), ("int8", "onnx/model_int8.onnx"),
                                           ("float16", "onnx/model_fp16.onnx")])
 def test_onnx_takes_the_graph_for_the_dtype_and_its_external_data(dtype, graph):

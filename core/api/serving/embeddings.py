@@ -58,6 +58,9 @@ async def embed(serving: Serving, model: str | None, value: Any, *, deadline: fl
     ``options`` are :func:`embed_request`'s keywords."""
     engine = serving.engine(model, "embeddings")
     task_request = embed_request(serving.settings, value, deadline=deadline, **options)
+    if task_request.task is not None and not getattr(engine.task, "adapters", ()):
+        raise InvalidInput(f"'task' selects a task adapter (jina-embeddings-v3's LoRA tasks); model {engine.name!r} "
+                           "has none", param="task")
     task_request.truncation_direction = truncation_direction(direction, engine.task)
     cache = serving.embedding_cache
     if cache is not None and cacheable(engine, task_request):
