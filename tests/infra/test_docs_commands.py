@@ -1,13 +1,21 @@
-"""The commands in docs/adapters.md and docs/deploy.md. Every fenced command block either says on its first
-line what it needs that a checkout does not have (``# needs ...``: an AWS or Modal account, Docker), or runs
-here as written, and then it is run below: from the repository root, with ``python`` the test's own
-interpreter, no credentials, and any AWS endpoint pointed at a closed loopback port (a dry run that called
-AWS would fail, never reach it). And the Lambda cold-start figure is in one place, with its command and date."""
+"""Every command of README.md and docs/*.md. Every fenced block says what it holds (``bash``, ``python``,
+``json``, ``yaml``, ``text``); a ``bash`` or ``python`` block either says on its first line what it needs that
+a checkout set up as the README says does not have (``# needs ...``: an AWS or Modal account, Docker, a GPU,
+the Hugging Face Hub, model folders of your own, a benchmark's quiet minutes), or it runs here as written,
+and then it is run below: from the repository root, no credentials, any AWS endpoint pointed at a closed
+loopback port (a dry run that called AWS would fail, never reach it), a server on loopback for the commands
+that call one. Every command, marked or not, names the project's environment (``.venv/bin/python``,
+``scripts/...``; never a bare ``python``, ``pip``, ``uvicorn`` or ``pytest``, which outside an activated
+environment fail or install into the system Python), and the options it gives exist: each ``--option``
+appears in its program's ``--help``. And the Lambda cold-start figure is in one place, with its command and
+date."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -16,19 +24,37 @@ import pytest
 
 from .conftest import ROOT
 
-PAGES = ("docs/adapters.md", "docs/deploy.md")
+PAGES = ("README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")))
+LANGUAGES = {"bash", "python", "json", "yaml", "text"}
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/tessera-lambda:arm64"
+PY = ".venv/bin/python"
 
 #: the commands of unmarked blocks that run here, with what each must print (stream, text) and exit with
 RUNS_HERE = {
-    "python scripts/build_images.py --dry-run": (0, [("out", "tessera-sagemaker:cuda"),
-                                                     ("err", "skipped sagemaker-neuron: it needs --neuron-base-image")]),
-    "python scripts/build_images.py --dry-run --neuron-base-image DLC": (0, [("out", "BASE_IMAGE=DLC")]),
-    "python scripts/deploy.py lambda --image-uri $IMAGE --param MemorySize=99999 --param Bogus=1 --dry-run": (
+    f"{PY} scripts/build_images.py --dry-run": (0, [("out", "tessera-sagemaker:cuda"),
+                                                   ("err", "skipped sagemaker-neuron: it needs --neuron-base-image")]),
+    f"{PY} scripts/build_images.py --dry-run --neuron-base-image DLC": (0, [("out", "BASE_IMAGE=DLC")]),
+    f"{PY} scripts/deploy.py lambda --image-uri $IMAGE --param MemorySize=99999 --param Bogus=1 --dry-run": (
         1, [("err", "MemorySize=99999: above MaxValue 10240"), ("err", "Bogus: not a parameter of this template")]),
+    f"{PY} scripts/cost_table.py --bench docs/bench/compare-int8-sat-default.json --gpu-bench "
+    "docs/bench/gpu-bench.json": (0, [("out", "| platform | $ / 1M (long) | $ / 1M (short) | inputs |")]),
 }
+#: the README's set-up itself (bootstrap, then serve / the suite): not run from inside the suite
+SETUP = {"scripts/serve", "scripts/test"}
 #: the test suite's own commands: not run from inside the suite, only their paths checked
-SUITE = {".venv/bin/python -m pytest tests/adapters -q": "tests/adapters"}
+SUITE = {f"{PY} -m pytest tests/adapters -q": ["tests/adapters"],
+         f"{PY} -m pytest tests/multimodal -q": ["tests/multimodal"],
+         f"{PY} -m pytest tests/tasks tests/compat -q": ["tests/tasks", "tests/compat"]}
+#: commands that call the server `scripts/serve` starts (127.0.0.1:8000): run against one started here
+CALLS_THE_SERVER = {
+    "curl -s 127.0.0.1:8000/v1/embeddings -H 'content-type: application/json' -d '{\"input\": [\"hello world\", "
+    "\"a second text\"]}' | head -c 300": '"embedding"',
+}
+#: python blocks that run here: (page, what the block's first line says) → what it must print
+PYTHON_HERE = {("README.md", "from openai import OpenAI"): "calls the server",
+               ("docs/api.md", "import asyncio"): "in process"}
+#: bare programs that fail outside an activated environment (or install into the system Python)
+BARE = {"python", "python3", "pip", "pip3", "uvicorn", "pytest"}
 
 
 def blocks(page: str) -> list[tuple[int, str, list[str]]]:
@@ -48,7 +74,8 @@ def blocks(page: str) -> list[tuple[int, str, list[str]]]:
 
 
 def commands(lines: list[str]) -> list[str]:
-    """The shell commands of a block: continuation lines joined, comments and blank lines left out."""
+    """The shell commands of a block: continuation lines and quoted strings over several lines joined,
+    comments and blank lines left out."""
     out, pending = [], ""
     for raw in lines:
         line = raw.strip()
@@ -57,43 +84,140 @@ def commands(lines: list[str]) -> list[str]:
         if line.endswith("\\"):
             pending += line[:-1].strip() + " "
             continue
-        full = re.sub(r"\s+#\s.*$", "", pending + line)  # a trailing comment
+        full = pending + line
+        try:
+            shlex.split(full, comments=True)
+        except ValueError:  # an open quote: the string goes on on the next line
+            pending = full + " "
+            continue
+        full = re.sub(r"\s+#\s.*$", "", full)  # a trailing comment
         out.append(" ".join(full.split()))
         pending = ""
+    assert not pending, f"an unfinished command: {pending!r}"
     return out
+
+
+def all_blocks() -> list[tuple[str, int, str, list[str]]]:
+    return [(page, number, language, lines) for page in PAGES for number, language, lines in blocks(page)]
+
+
+def marked(lines: list[str]) -> bool:
+    return bool(lines) and lines[0].startswith("# needs ")
 
 
 def unmarked() -> list[tuple[str, int, str, str]]:
     return [(page, number, language, command)
-            for page in PAGES for number, language, lines in blocks(page)
-            if lines and language in ("bash", "sh", "python", "")
-            and not lines[0].startswith("# needs ")
-            for command in (commands(lines) if language != "python" else ["<python block>"])]
+            for page, number, language, lines in all_blocks()
+            if lines and language in ("bash", "python") and not marked(lines)
+            for command in (commands(lines) if language == "bash" else [lines[0]])]
+
+
+def every_command() -> list[tuple[str, int, str]]:
+    return [(page, number, command) for page, number, language, lines in all_blocks() if language == "bash"
+            for command in commands(lines)]
 
 
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TESSERA_", "MODAL_"))}
-    env.update({"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", "IMAGE": IMAGE,
-                "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_EC2_METADATA_DISABLED": "true",
-                "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_CONFIG_FILE": os.devnull})
-    env.pop("PYTHONPATH", None)
+    env.update({"IMAGE": IMAGE, "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_EC2_METADATA_DISABLED": "true",
+                "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_CONFIG_FILE": os.devnull,
+                # the checkout's own code (what the editable install of the README's set-up points at)
+                "PYTHONPATH": str(ROOT)})
     return env
+
+
+def test_every_block_says_what_it_holds():
+    for page, number, language, lines in all_blocks():
+        assert language in LANGUAGES, f"{page}:{number}: a block marked {language or 'nothing'!r}: say bash, " \
+                                      "python, json, yaml or text"
 
 
 def test_every_block_runs_here_or_says_what_it_needs():
     found = unmarked()
     assert found, "no unmarked block: the pages must keep at least their dry runs"
+    known = set(RUNS_HERE) | SETUP | set(SUITE) | set(CALLS_THE_SERVER)
     for page, number, language, command in found:
-        assert language == "bash", f"{page}:{number}: a {language or 'plain'} block that does not say what it needs"
-        assert command in RUNS_HERE or command in SUITE, (
-            f"{page}:{number}: `{command}` is neither run by this test nor marked `# needs ...`")
-    assert {c for *_, c in found} == set(RUNS_HERE) | set(SUITE)  # nothing listed here has left the pages
+        if language == "python":
+            assert (page, command) in PYTHON_HERE, f"{page}:{number}: a python block neither run here nor marked"
+            continue
+        assert command in known, f"{page}:{number}: `{command}` is neither run by this test nor marked `# needs ...`"
+    assert {c for *_, lang, c in found if lang == "bash"} == known  # nothing listed here has left the pages
+    assert {(p, c) for p, _, lang, c in found if lang == "python"} == set(PYTHON_HERE)
 
 
 def test_the_pages_mark_what_needs_an_account():
-    marks = [lines[0] for page in PAGES for _, _, lines in blocks(page) if lines and lines[0].startswith("# needs ")]
+    marks = [lines[0] for *_, lines in all_blocks() if marked(lines)]
     assert any("AWS account" in m for m in marks) and any("Modal account" in m for m in marks)
     assert any("Docker" in m for m in marks)
+
+
+def _segments(command: str) -> list[list[str]]:
+    """The simple commands of a command line (split at &&, ||, |, ;), each without its VAR=value prefixes."""
+    words = shlex.split(command.replace("$(", "$( "), comments=True)
+    out, current = [], []
+    for word in words:
+        if word in ("&&", "||", "|", ";"):
+            out.append(current)
+            current = []
+        else:
+            current.append(word)
+    out.append(current)
+    cleaned = []
+    for seg in out:
+        while seg and (re.match(r"^[A-Z_][A-Z0-9_]*=", seg[0]) or seg[0] in ("export", "nice", "$(")):
+            seg = seg[1:]
+        if seg:
+            cleaned.append(seg)
+    return cleaned
+
+
+@functools.lru_cache(maxsize=None)
+def help_text(*program: str) -> str:
+    done = subprocess.run([*program, "--help"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, (program, done.stderr[-2000:])
+    return done.stdout
+
+
+def _program(seg: list[str]) -> tuple[tuple[str, ...] | None, list[str]]:
+    """(the program whose --help lists the options, the arguments), None when there is nothing to check."""
+    head = seg[0]
+    if head == PY and len(seg) > 1:
+        if seg[1].startswith("scripts/") and seg[1].endswith(".py"):
+            assert (ROOT / seg[1]).is_file(), seg[1]
+            return (PY, seg[1]), seg[2:]
+        if seg[1:3] == ["-m", "core"] and len(seg) > 3:
+            sub = "serve" if seg[3] in ("v1", "v2") or seg[3].startswith("-") else seg[3]
+            return (PY, "-m", "core", sub), seg[4:]
+        if seg[1:3] == ["-m", "pytest"]:
+            for arg in seg[3:]:
+                if not arg.startswith("-"):
+                    assert (ROOT / arg).exists(), arg
+            return None, []
+    if head == ".venv/bin/tessera":
+        sub = "serve" if len(seg) == 1 or seg[1] in ("v1", "v2") or seg[1].startswith("-") else seg[1]
+        return (PY, "-m", "core", sub), seg[1:]
+    if head.startswith("scripts/") or (head == "bash" and len(seg) > 1 and seg[1].startswith("scripts/")):
+        path = seg[1] if head == "bash" else head
+        assert (ROOT / path).is_file(), path
+        return None, []
+    return None, []
+
+
+@pytest.mark.parametrize("page, number, command", every_command(),
+                         ids=[f"{p}:{n}:{c[:40]}" for p, n, c in every_command()])
+def test_commands_name_the_environment_and_options_that_exist(page, number, command):
+    for seg in _segments(command):
+        assert seg[0] not in BARE, (f"{page}:{number}: `{command}` runs a bare {seg[0]!r}: outside an activated "
+                                    f"environment it fails (write {PY} -m ... or the script's path)")
+        program, args = _program(seg)
+        if program is None:
+            continue
+        text = help_text(*program)
+        for arg in args:
+            option = arg.lstrip("[").split("=", 1)[0].rstrip("]")
+            if option.startswith("--"):
+                assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", text), (
+                    f"{page}:{number}: {option} is not an option of {' '.join(program)}")
 
 
 @pytest.mark.parametrize("command", sorted(RUNS_HERE))
@@ -106,17 +230,59 @@ def test_command_runs_as_written(command):
         assert text in {"out": done.stdout, "err": done.stderr}[stream], (text, done.stdout[-1000:], done.stderr[-1000:])
 
 
-def test_suite_commands_name_existing_test_folders():
-    for command, path in SUITE.items():
-        assert command.split()[3] == path and (ROOT / path).is_dir()
-        assert (ROOT / command.split()[0]).parent.name == "bin"
+def test_suite_and_setup_commands_exist():
+    for command, paths in SUITE.items():
+        assert command.startswith(f"{PY} -m pytest ") and all((ROOT / p).is_dir() for p in paths)
+        assert command.split()[3:3 + len(paths)] == paths
+    for command in SETUP:
+        assert os.access(ROOT / command, os.X_OK), command
+
+
+def _python_block(page: str, first_line: str) -> str:
+    for number, language, lines in blocks(page):
+        if language == "python" and lines and lines[0] == first_line:
+            return "\n".join(lines)
+    raise AssertionError(f"{page}: no python block starting {first_line!r}")
+
+
+@pytest.fixture(scope="module")
+def readme_server(tmp_path_factory):
+    """What `scripts/serve` starts after its set-up (`.venv/bin/python -m core serve`: the embedded model),
+    on a free port; the commands that call 127.0.0.1:8000 are pointed at it."""
+    from tests.support.server import free_port, running_process
+
+    port = free_port()
+    env = {**_env(), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TESSERA_THREADS": "2",
+           "TESSERA_CACHE_DIR": str(tmp_path_factory.mktemp("docs-cache"))}
+    with running_process([PY, "-m", "core", "serve", "--port", str(port)], env, port=port, timeout=300,
+                         name="docs-readme") as (base, _proc):
+        yield port, env
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", sorted(CALLS_THE_SERVER))
+def test_commands_that_call_the_server_run_as_written(command, readme_server):
+    port, env = readme_server
+    done = subprocess.run(["bash", "-c", command.replace("127.0.0.1:8000", f"127.0.0.1:{port}")], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and CALLS_THE_SERVER[command] in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page, first_line", sorted(PYTHON_HERE))
+def test_python_blocks_run_as_written(page, first_line, readme_server):
+    port, env = readme_server
+    code = _python_block(page, first_line).replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+    done = subprocess.run([PY, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.slow
 def test_the_documented_package_command_runs_as_written(tmp_path):
     """docs/deploy.md's local packing of the embedded model, as printed (its output path moved to tmp_path)."""
     page = (ROOT / "docs/deploy.md").read_text()
-    [command] = re.findall(r"`(python scripts/package_model\.py \$\(python -c [^`]*)`", page)
+    [command] = re.findall(r"`(\.venv/bin/python scripts/package_model\.py \$\(\.venv/bin/python -c [^`]*)`", page)
     assert command.endswith("--output /tmp/model.tar.gz")
     target = tmp_path / "model.tar.gz"
     done = subprocess.run(["bash", "-c", command.replace("/tmp/model.tar.gz", str(target))], cwd=ROOT, env=_env(),
