@@ -135,7 +135,7 @@ def local_map(obj, hooks):
             calls.append(len(shard))
             yield loop.run_until_complete(embed(obj, shard, None, kwargs))
 
-    return embed_map, (lambda: loop.run_until_complete(describe(obj, None))), calls
+    return embed_map, (lambda: loop.run_until_complete(describe(obj, None))), calls, loop
 
 
 def test_bulk_job_on_the_class_writes_the_local_jobs_parquet_and_resumes(modal_module, modal_client, tmp_path):
@@ -154,7 +154,7 @@ def test_bulk_job_on_the_class_writes_the_local_jobs_parquet_and_resumes(modal_m
     source.write_text("".join(json.dumps({"text": t, "key": f"k{i}"}) + "\n" for i, t in enumerate(texts)))
     out = tmp_path / "vectors.parquet"
     options = JobOptions(input=str(source), output=str(out), id_column="key", rows_per_part=20)
-    embed_map, describe, calls = local_map(obj, hooks)
+    embed_map, describe, calls, loop = local_map(obj, hooks)
 
     windows = []
 
@@ -183,6 +183,8 @@ def test_bulk_job_on_the_class_writes_the_local_jobs_parquet_and_resumes(modal_m
     run_modal_job(Settings(), JobOptions(input=str(source), output=str(small), dimensions=32, embedding_type="int8"),
                   embed_map, describe)
     assert str(pq.read_schema(small).field("embedding").type) == "fixed_size_list<element: int8>[32]"
+    loop.run_until_complete(obj.registry.stop())  # the container's end: its batchers stop in their loop
+    loop.close()
 
 
 # --- memory snapshot: what the snapshot phase leaves in memory ----------------------------------
