@@ -317,14 +317,12 @@ def _row_cosines(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> tuple[float,
 
 def torch_outputs(model, head: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The head's outputs from the torch model (the reference)."""
-    import inspect
-
     import torch
 
-    from core.backends.heads import get_head
+    from core.backends.heads import accepted_inputs, get_head
 
     spec = get_head(head)
-    accepted = set(spec.inputs or inspect.signature(model.forward).parameters)
+    accepted = set(spec.inputs or accepted_inputs(model))
     with torch.inference_mode():
         out = spec.call(model, {k: torch.from_numpy(v) for k, v in feeds.items() if k in accepted})
     return {k: v.float().numpy() for k, v in out.items()}

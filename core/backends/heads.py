@@ -121,6 +121,21 @@ def get_head(name: str) -> Head:
 ENCODER_ONLY_CLASSES = {"t5": "T5EncoderModel", "mt5": "MT5EncoderModel", "umt5": "UMT5EncoderModel"}
 
 
+def accepted_inputs(model: Any) -> frozenset[str]:
+    """The inputs a model's forward takes by name. A forward that names none of them and passes everything on
+    (``forward(self, *args, **kwargs)``: jina-embeddings-v3's own code wraps its encoder so) takes what the model
+    it wraps (``base_model``) names: filtering the feeds by the wrapper's own signature would pass nothing."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    named = frozenset(n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+    passes_on = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    base = getattr(model, "base_model", None)
+    if "input_ids" not in named and passes_on and base is not None and base is not model:
+        return accepted_inputs(base)
+    return named
+
+
 def model_class_name(head_name: str, config: dict) -> str:
     """The transformers class a head loads for a folder's ``config.json``: the head's class, except that the
     ``encoder`` head follows the model's ``architectures`` where ``AutoModel`` would build something else —

@@ -18,7 +18,7 @@ from typing import ClassVar, Mapping
 import numpy as np
 
 from core.backends.base import Backend
-from core.backends.heads import Head, get_head, is_feed_forward, load_head_class
+from core.backends.heads import Head, accepted_inputs, get_head, is_feed_forward, load_head_class
 from core.config import ModelSpec
 from core.errors import BackendFailure, InvalidInput, OutOfMemory, require
 from core.torch_thread import on_torch_thread
@@ -104,9 +104,7 @@ class TorchBackend(Backend):
         load_dtype = torch.float32 if self._dtype == "int8" else getattr(torch, self._dtype)
         model = auto.from_pretrained(str(model_dir), dtype=load_dtype, trust_remote_code=self._trust_remote_code)
         model.eval()
-        import inspect
-
-        self._accepts = frozenset(spec.inputs or inspect.signature(model.forward).parameters)
+        self._accepts = frozenset(spec.inputs or accepted_inputs(model))
         if self._dtype == "int8":
             model = quantize_int8(torch, model)
         self._eager = model.to(device)

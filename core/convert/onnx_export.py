@@ -22,7 +22,7 @@ import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from core.backends.heads import get_head, is_feed_forward, load_head_class
+from core.backends.heads import accepted_inputs, get_head, is_feed_forward, load_head_class
 from core.convert.files import copy_model_files
 from core.convert.fusion import optimize_transformer
 from core.errors import Unsupported, require
@@ -105,12 +105,11 @@ def export_head(src: Path, out_file: Path, head_name: str, *, opset: int = 17, t
 
 def export_model(model, out_file: Path, head_name: str, *, opset: int = 17) -> None:
     """``torch.onnx.export`` of a loaded model's head (``load_head_model``) with dynamic batch and sequence axes."""
-    import inspect
     import warnings
 
     torch = require("torch", "export")
     head = get_head(head_name)
-    accepted = inspect.signature(model.forward).parameters
+    accepted = accepted_inputs(model)
     names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in accepted]
     sample = {n: torch.ones((2, 8), dtype=torch.long) for n in names}
     if "token_type_ids" in sample:

@@ -54,34 +54,46 @@ JINA_TASKS = ["retrieval.query", "retrieval.passage", "separation", "classificat
 JINA_PROMPTS = {"retrieval.query": "Represent the query: ", "retrieval.passage": "Represent the document: ",
                 "separation": "", "classification": "", "text-matching": ""}
 
-#: the model's own code, as jina-embeddings-v3 ships it in spirit: an XLM-R encoder whose output passes a
-#: low-rank adapter per task, chosen per row by ``adapter_mask`` (task indices; the default task when absent)
+#: the model's own code, as jina-embeddings-v3 ships it in spirit: a wrapper whose ``forward(*args, **kwargs)``
+#: passes everything to an XLM-R encoder whose output goes through a low-rank adapter per task, chosen per row by
+#: ``adapter_mask`` (task indices; the default task when absent)
 JINA_STYLE_CODE = '''\
 import torch
-from torch import nn
 from transformers import XLMRobertaConfig, XLMRobertaModel, XLMRobertaPreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
 
 
-class LoRAXLMRoberta(XLMRobertaPreTrainedModel):
-    config_class = XLMRobertaConfig
-    base_model_prefix = "roberta"
+class AdapterXLMRobertaModel(XLMRobertaModel):
+    """The encoder with a low-rank adapter per task on its output, chosen per row by adapter_mask."""
 
     def __init__(self, config):
-        super().__init__(config)
-        self.roberta = XLMRobertaModel(config, add_pooling_layer=False)
+        super().__init__(config, add_pooling_layer=False)
         tasks, rank, hidden = len(config.lora_adaptations), config.lora_rank, config.hidden_size
-        self.lora_A = nn.Parameter(torch.zeros(tasks, hidden, rank))
-        self.lora_B = nn.Parameter(torch.zeros(tasks, rank, hidden))
-        self.post_init()
+        self.lora_A = torch.nn.Parameter(torch.zeros(tasks, hidden, rank))
+        self.lora_B = torch.nn.Parameter(torch.zeros(tasks, rank, hidden))
 
     def forward(self, input_ids=None, attention_mask=None, adapter_mask=None, **kwargs):
-        hidden = self.roberta(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        hidden = super().forward(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         if adapter_mask is None:
             default = self.config.lora_adaptations.index(self.config.default_lora_task)
             adapter_mask = torch.full((hidden.shape[0],), default, dtype=torch.long, device=hidden.device)
         a, b = self.lora_A[adapter_mask], self.lora_B[adapter_mask]
         return BaseModelOutput(last_hidden_state=hidden + torch.tanh(hidden @ a) @ b)
+
+
+class LoRAXLMRoberta(XLMRobertaPreTrainedModel):
+    """What AutoModel loads: a wrapper whose forward passes everything to the encoder, as jina-embeddings-v3's."""
+
+    config_class = XLMRobertaConfig
+    base_model_prefix = "roberta"
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.roberta = AdapterXLMRobertaModel(config)
+        self.post_init()
+
+    def forward(self, *args, **kwargs):
+        return self.roberta(*args, **kwargs)
 '''
 
 
@@ -114,8 +126,8 @@ def build_jina_style(minilm: Path, out: Path) -> None:
         torch.manual_seed(51)
         model = code.LoRAXLMRoberta(config).eval()
         with torch.no_grad():
-            model.lora_A.normal_(0, 0.6)
-            model.lora_B.normal_(0, 0.6)
+            model.roberta.lora_A.normal_(0, 0.6)
+            model.roberta.lora_B.normal_(0, 0.6)
         model.save_pretrained(hf)
         _copy_tokenizer(minilm, hf)
         transformer = models.Transformer(str(hf), max_seq_length=128, model_kwargs={"trust_remote_code": True},
