@@ -290,9 +290,11 @@ def read_command_line(argv: list[str], environ) -> tuple[argparse.Namespace, cli
 def main(argv: list[str] | None = None) -> int:
     try:
         args, compat = read_command_line(sys.argv[1:] if argv is None else argv, os.environ)
+    except UsageError as exc:  # one line, as argparse's own errors
+        build_parser().print_usage(sys.stderr)
+        print(f"tessera: {'; '.join(exc.problems)}", file=sys.stderr)
+        return 2
     except ConfigError as exc:
-        if isinstance(exc, UsageError):
-            build_parser().print_usage(sys.stderr)
         print(f"tessera: {exc.message}", file=sys.stderr)
         return 2
     if args.command == "download":

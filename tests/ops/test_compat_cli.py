@@ -162,6 +162,7 @@ def test_an_unknown_flag_gets_the_nearest_and_the_one_line_form(capsys):
     assert "unknown option --modle (did you mean --model?)" in err
     assert "unknown option --batch-sise (did you mean --batch-size?)" in err
     assert "--model path=PATH,name=NAME,dtype=int8" in err and "unrecognized arguments" not in err
+    assert err.splitlines()[-1].startswith("tessera: unknown option --modle")  # one line after the usage
     assert main(["v2", "--model-idd", "x"]) == 2
     assert "did you mean --model-id?" in capsys.readouterr().err
 
