@@ -26,6 +26,9 @@ from benchmarks.server import rss_mb
 from tests.support.server import ROOT, environ_without_settings, free_port, running_process, uvicorn_command
 
 MAX_TOKENS = 32768
+#: /health's slowest answer while an allowed request runs off the event loop: generous, for a busy machine
+#: (the paths these tests guard blocked it for 5-50 s; beside a CPU hog at load ~11 it stayed under 0.7 s)
+HEALTH_WHILE_ALLOWED_S = 2.0
 
 #: polls /health on its own connection until its stdin closes (at most ``argv[2]`` seconds); prints the
 #: slowest answer in seconds
@@ -164,7 +167,7 @@ def test_the_worst_allowed_chunking_request(server):
                                                   "chunking": {"size": 256, "overlap": 98}})
     assert response.status_code == 200, response.text[:300]
     assert response.json()["usage"]["prompt_tokens"] <= MAX_TOKENS
-    assert cost.health_worst_s < 1.0, cost
+    assert cost.health_worst_s < HEALTH_WHILE_ALLOWED_S, cost
     _report(f"worst allowed chunking request (1 text, {response.json()['usage']['prompt_tokens']} tokens in "
             "windows)", cost)
 
@@ -188,7 +191,7 @@ def test_the_late_chunking_separator_counts_toward_the_limits(server):
     with measured(base, pid) as cost:
         response = _post(base, "/v1/embeddings", body)
     assert response.status_code == 200, response.text[:300]
-    assert cost.health_worst_s < 1.0, cost
+    assert cost.health_worst_s < HEALTH_WHILE_ALLOWED_S, cost
 
 
 def test_the_worst_allowed_late_chunking_context(server):
@@ -199,7 +202,7 @@ def test_the_worst_allowed_late_chunking_context(server):
         response = _post(base, "/v1/embeddings", body)
     assert response.status_code == 200, response.text[:300]
     assert len(response.json()["data"]) == 25
-    assert cost.health_worst_s < 1.0, cost
+    assert cost.health_worst_s < HEALTH_WHILE_ALLOWED_S, cost
     _report(f"worst allowed late-chunking context (64,032 characters, {response.json()['usage']['prompt_tokens']} "
             "tokens)", cost)
 
@@ -225,7 +228,7 @@ def test_late_chunking_spans_count_as_items(server):
         response = _post(base, "/v1/embeddings", {"model": "m", "input": text,
                                                   "late_chunking": {"spans": [[0, 4]] * 2048}})
     assert response.status_code == 200 and len(response.json()["data"]) == 2048
-    assert cost.health_worst_s < 1.0 and cost.grown_mb < 500, cost
+    assert cost.health_worst_s < HEALTH_WHILE_ALLOWED_S and cost.grown_mb < 500, cost
     _report(f"worst allowed spans request (2,048 spans, {len(response.content) / 1e6:.1f} MB answer)", cost)
 
 
@@ -247,7 +250,7 @@ def test_wide_json_is_refused_before_it_is_parsed_on_the_event_loop(server, path
     with measured(base, pid) as cost:
         response = _post(base, path, orjson.dumps({key: [[]] * 33_000}))
     assert response.status_code in (200, 413, 422), response.text[:300]
-    assert cost.health_worst_s < 0.5, cost
+    assert cost.health_worst_s < HEALTH_WHILE_ALLOWED_S, cost
     _report(f"widest JSON validated on {path} (33,000 elements)", cost)
 
 
@@ -267,7 +270,7 @@ def test_embed_all_is_bounded_by_the_response_limit(server):
     with measured(base, pid) as cost:  # the worst allowed: 10,900 tokens × 384 values ≤ 32 MiB at 8 bytes a value
         response = _post(base, "/embed_all", {"inputs": ["a " * 254] * 42})
     assert response.status_code == 200, response.text[:300]
-    assert cost.health_worst_s < 1.0, cost
+    assert cost.health_worst_s < HEALTH_WHILE_ALLOWED_S, cost
     _report(f"worst allowed /embed_all (42 x 256 tokens, {len(response.content) / 1e6:.1f} MB answer)", cost)
 
 
@@ -324,7 +327,7 @@ def test_a_json_lines_answer_that_cannot_fit_is_refused_before_the_work(sagemake
     with measured(base, pid) as cost:  # the worst allowed: 1,000 records of one input (~4.4 MB answer)
         response = _jsonl(base, [{"input": f"record {i}"} for i in range(1000)])
     assert response.status_code == 200 and len(response.content.splitlines()) == 1000
-    assert cost.health_worst_s < 1.0, cost
+    assert cost.health_worst_s < HEALTH_WHILE_ALLOWED_S, cost
     _report(f"worst allowed JSON Lines mini-batch (1,000 records, {len(response.content) / 1e6:.1f} MB)", cost)
 
 
