@@ -7,7 +7,6 @@ after the program (``infinity_emb``, ``text-embeddings-router``) or the image na
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 import sys
