@@ -268,6 +268,14 @@ def quiet_progress_bars(environ, stream) -> None:
         environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
+def _stopped(doing: str) -> None:
+    """Ctrl-C while models load or export: stop now, without a traceback (exit status 130). A first start's
+    export runs on the torch thread, which the interpreter would otherwise wait for at exit."""
+    print(f"tessera: stopped while {doing} models (Ctrl-C)", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(130)
+
+
 class UsageError(ConfigError):
     """A command line no parser took (unknown options, with the nearest known ones)."""
 
@@ -309,7 +317,10 @@ def main(argv: list[str] | None = None) -> int:
     if compat is not None:
         os.environ.update(compat.environ)  # --hf-token, --otlp-endpoint...: for the libraries that read them
     if args.command == "prepare" or (compat is not None and compat.preload_only):
-        return prepare(settings)
+        try:
+            return prepare(settings)
+        except KeyboardInterrupt:
+            _stopped("preparing")
     if args.command == "embed":  # a corpus job (core/bulk)
         from core.bulk.cli import run_embed
 
@@ -340,11 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         registry = Registry.from_settings(settings, metrics, tracer)
     except KeyboardInterrupt:
-        # Ctrl-C while loading (a first start's export runs on the torch thread, which the interpreter
-        # would wait for at exit): stop now, without a traceback
-        print("tessera: stopped while loading models (Ctrl-C)", file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        os._exit(130)
+        _stopped("loading")
     try:
         registry.raise_if_unusable()
     except StartupFailed as exc:

@@ -143,16 +143,15 @@ INFINITY_FLAGS = ("--model-id", "--served-model-name", "--batch-size", "--revisi
                   "--lengths-via-tokenize", "--bettertransformer", "--device-id", "--redirect-slash",
                   "--onnx-disable-optimize", "--onnx-do-not-prefer-quantized")
 
+#: Infinity's flags that are Tessera's own options too (same meaning): left to Tessera's parser
+TESSERA_OWN = frozenset({"--host", "--port", "--url-prefix", "--api-key", "--log-level"})
+
 ONE_LINE_HINT = ("one model with its options in one line: --model path=PATH,name=NAME,dtype=int8,backend=onnx "
                  "(`python -m core serve --help` lists every option)")
 
 
 def _dest(flag: str) -> str:
     return "compat_" + flag.lstrip("-").replace("-", "_")
-
-
-def _bool_env(name: str, text: str) -> list[str]:
-    return [("--" if v.strip().lower() in TRUE else "--no-") + name for v in text.split(";")]
 
 
 def compat_flags() -> list[str]:
@@ -246,8 +245,7 @@ def infinity_env_args(environ: Mapping[str, str], given: list[str]) -> tuple[lis
     args: list[str] = []
     notes: list[str] = []
     flags = {"INFINITY_" + f[2:].upper().replace("-", "_"): f for f in INFINITY_FLAGS}
-    booleans = {p.flag for p in PER_MODEL if p.boolean} | {g.flag for g in GLOBAL if g.boolean} | {
-        f for f, takes in IGNORED.items() if not takes}
+    booleans = {f for f in INFINITY_FLAGS if _is_bool_flag(f)}
     for name, text in sorted(environ.items()):
         if not name.startswith("INFINITY_"):
             continue
@@ -259,10 +257,10 @@ def infinity_env_args(environ: Mapping[str, str], given: list[str]) -> tuple[lis
             continue
         if flag in given or f"--no-{flag[2:]}" in given:
             continue
-        values = [v for v in text.removesuffix(";").split(";")] if text.strip() else []
+        values = text.removesuffix(";").split(";") if text.strip() else []
         for value in values:
-            if flag in booleans:
-                args += _bool_env(flag[2:], value)
+            if flag in booleans:  # INFINITY_TRUST_REMOTE_CODE="true;false": --trust-remote-code --no-trust-...
+                args.append(("--" if value.strip().lower() in TRUE else "--no-") + flag[2:])
             else:
                 args += [flag, value]
     return args, notes
@@ -274,7 +272,6 @@ def parse(argv: list[str], environ: Mapping[str, str]) -> tuple[Compat, list[str
     given = [a.split("=", 1)[0] for a in argv if a.startswith("--")]
     env_args, notes = infinity_env_args(environ, given)
     # Tessera's own options among INFINITY_* (host, port, url-prefix, api-key, log-level) go to its parser
-    ours = {"--host", "--port", "--url-prefix", "--api-key", "--log-level"}
     env_ours: list[str] = []
     env_compat: list[str] = []
     i = 0
@@ -282,7 +279,7 @@ def parse(argv: list[str], environ: Mapping[str, str]) -> tuple[Compat, list[str
         flag = env_args[i]
         takes_value = not (flag.startswith("--no-") or _is_bool_flag(flag))
         chunk = env_args[i:i + (2 if takes_value else 1)]
-        (env_ours if flag in ours else env_compat).extend(chunk)
+        (env_ours if flag in TESSERA_OWN else env_compat).extend(chunk)
         i += len(chunk)
     namespace, rest = _parser().parse_known_args(env_compat + argv)
     values = vars(namespace)
@@ -304,7 +301,6 @@ def parse(argv: list[str], environ: Mapping[str, str]) -> tuple[Compat, list[str
         if model_ids and len(converted) not in (1, len(model_ids)):
             raise ConfigError([f"{item.flag} given {len(converted)} times for {len(model_ids)} --model-id: give it "
                                "once (for every model) or once per --model-id, in the same order"])
-        compat.per_model.setdefault(item.field, [])
         compat.per_model[item.field] = converted  # a later flag of the same field wins (e.g. --pooling)
     for n, model_id in enumerate(model_ids):
         spec: dict = {"path": model_id}

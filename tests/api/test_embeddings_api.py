@@ -156,8 +156,9 @@ def test_limits_from_settings(minilm_onnx_dir):
 
 def test_api_keys(minilm_onnx_dir):
     with client_for(models=[{"path": str(minilm_onnx_dir)}], api_keys=["k1", "k2"]) as c:
-        assert c.get("/health").status_code == 200  # liveness stays open
-        for path in ("/v1/models", "/ready", "/metrics"):
+        assert c.get("/health").status_code == 200  # the probes stay open
+        assert c.get("/ready").status_code == 200
+        for path in ("/v1/models", "/metrics"):
             assert_error(c.get(path), 401, "invalid_api_key")
         assert_error(c.post("/v1/embeddings", json={"input": "x"}), 401)
         assert_error(c.post("/v1/embeddings", json={"input": "x"}, headers={"Authorization": "Bearer k3"}), 401)

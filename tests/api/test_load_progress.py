@@ -24,7 +24,8 @@ def test_each_model_load_is_numbered_in_the_log(minilm_onnx_dir, tmp_path, caplo
     lines = [r.getMessage() for r in caplog.records if r.name == "core.engine"]
     starts = [line for line in lines if line.startswith("loading model ")]
     assert [line.split(":")[0] for line in starts] == ["loading model 1/3", "loading model 2/3", "loading model 3/3"]
-    assert any(line.startswith("loaded model 1/3: first (") and "'backend': 'onnx'" in line for line in lines)
+    assert any(line.startswith("loaded model 1/3: first (") and "backend=onnx" in line for line in lines)
+    assert not any("{'" in line for line in lines)  # key=value, not a dict's repr
     assert any(line.startswith("loaded model 3/3: third (") for line in lines)
     assert any(line.startswith("model second failed to load") for line in lines)
     assert sorted(registry.engines) == ["first", "third"] and list(registry.failed) == ["second"]

@@ -17,8 +17,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 

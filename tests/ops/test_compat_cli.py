@@ -7,7 +7,6 @@ after the program (``infinity_emb``, ``text-embeddings-router``) or the image na
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 import sys
@@ -228,3 +227,12 @@ def test_the_console_script_is_declared():
     done = subprocess.run([sys.executable, "-m", "core", "v2", "--help"], capture_output=True, text=True, timeout=60,
                           env={**environ_without_settings(), "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0 and "--model-id" in done.stdout
+
+
+def test_flags_with_nothing_to_change_are_accepted_with_a_note_and_preload_only_prepares():
+    args, compat = read_command_line(["v2", "--model-id", "m/x", "--model-warmup", "--no-vector-disk-cache",
+                                      "--device-id", "0", "--preload-only"], {})
+    assert compat.preload_only and args.command == "serve"
+    assert {n.split()[0] for n in compat.notes} == {"--model-warmup", "--vector-disk-cache", "--device-id"}
+    _, compat = read_command_line(["v2"], {"INFINITY_MODEL_ID": "m/x", "INFINITY_MODLE_ID": "y"})
+    assert any("INFINITY_MODLE_ID" in n and "did you mean INFINITY_MODEL_ID?" in n for n in compat.notes)

@@ -92,11 +92,13 @@ def test_uvicorn_dev_app_logs_each_request_once_in_our_format(minilm_onnx_dir):
 
 
 @pytest.mark.slow
-def test_ctrl_c_during_the_first_start_export_stops_without_a_traceback(tmp_path):
+@pytest.mark.parametrize("command, doing", [("serve", "loading"), ("prepare", "preparing")])
+def test_ctrl_c_during_the_first_start_export_stops_without_a_traceback(command, doing, tmp_path):
     port = free_port()
     log = tmp_path / "out.log"
+    argv = ["serve", "--port", str(port)] if command == "serve" else ["prepare"]
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "core", "serve", "--port", str(port)], cwd=ROOT,
+        proc = subprocess.Popen([sys.executable, "-m", "core", *argv], cwd=ROOT,
                                 env=_env(TESSERA_CACHE_DIR=str(tmp_path / "cache")), stdout=out,
                                 stderr=subprocess.STDOUT)
         try:
@@ -110,7 +112,7 @@ def test_ctrl_c_during_the_first_start_export_stops_without_a_traceback(tmp_path
     text = log.read_text()
     assert code == 130, text
     assert "Traceback" not in text and "KeyboardInterrupt" not in text
-    assert text.rstrip().splitlines()[-1] == "tessera: stopped while loading models (Ctrl-C)"
+    assert text.rstrip().splitlines()[-1] == f"tessera: stopped while {doing} models (Ctrl-C)"
 
 
 def _log(port: int, name: str) -> str:

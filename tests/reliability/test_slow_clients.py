@@ -18,10 +18,10 @@ import pytest
 from tests.support.server import environ_without_settings, free_port, running_process
 
 
-def _env(minilm_onnx_dir, port: int, **settings) -> dict[str, str]:
+def _env(minilm_onnx_dir, port: int, spec: dict | None = None, **settings) -> dict[str, str]:
     env = environ_without_settings()
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TESSERA_PORT=str(port),
-               TESSERA_MODELS=json.dumps([{"path": str(minilm_onnx_dir), "name": "m", "backend": "onnx"}]))
+    model = {"path": str(minilm_onnx_dir), "name": "m", "backend": "onnx", **(spec or {})}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TESSERA_PORT=str(port), TESSERA_MODELS=json.dumps([model]))
     env.update({f"TESSERA_{k.upper()}": str(v) for k, v in settings.items()})
     return env
 
@@ -78,7 +78,7 @@ def test_slow_bodies_hold_no_inflight_slot_and_get_408(minilm_onnx_dir):
 @pytest.mark.parametrize("grace", [2, 0])
 def test_past_the_grace_unfinished_requests_get_503_and_the_process_exits(minilm_onnx_dir, grace):
     port = free_port()
-    env = _env(minilm_onnx_dir, port, shutdown_grace_s=grace, max_queue_items=100_000,
+    env = _env(minilm_onnx_dir, port, spec={"max_queue_items": 100_000}, shutdown_grace_s=grace,
                request_timeout_s=600)
     with running_process([sys.executable, "-m", "core", "serve"], env, port=port, name="grace") as (base, proc):
         results: list[httpx.Response | Exception] = []
