@@ -246,3 +246,27 @@ def test_a_missing_optional_package_names_its_extra(tmp_path, job_model, monkeyp
                           cwd=ROOT, env=job_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"[{extra}]" in done.stderr and "is not installed" in done.stderr
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl", "csv", "text"])
+def test_reading_from_a_row_skips_earlier_rows_exactly(tmp_path, texts, fmt):
+    """What a resumed job and a Ray actor read: the rows from ``skip`` on, with the ids a full read gives them
+    (row groups before it not read, lines before it not parsed)."""
+    from core.bulk.formats import read_chunks
+
+    source = tmp_path / f"c.{ {'text': 'txt'}.get(fmt, fmt) }"
+    if fmt == "parquet":
+        pq.write_table(pa.table({"text": texts}), source, row_group_size=17)
+    elif fmt == "jsonl":
+        write_jsonl(source, texts)
+    elif fmt == "csv":
+        pacsv.write_csv(pa.table({"text": texts}), source)
+    else:
+        source.write_text("".join(t + ("\n\n" if i % 5 == 0 else "\n") for i, t in enumerate(texts)))
+    full = [(c.start, c.ids, c.texts) for c in read_chunks(str(source), rows=25)]
+    rows = [(i, t) for _, ids, ts in full for i, t in zip(ids, ts)]
+    assert len(rows) == len(texts)
+    for skip in (0, 1, 17, 40, 101, len(texts) - 1, len(texts)):
+        chunks = list(read_chunks(str(source), rows=25, skip=skip))
+        assert [c.start for c in chunks] == list(range(skip, len(texts), 25))
+        assert [(i, t) for c in chunks for i, t in zip(c.ids, c.texts)] == rows[skip:]
