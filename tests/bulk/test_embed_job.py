@@ -270,3 +270,17 @@ def test_reading_from_a_row_skips_earlier_rows_exactly(tmp_path, texts, fmt):
         chunks = list(read_chunks(str(source), rows=25, skip=skip))
         assert [c.start for c in chunks] == list(range(skip, len(texts), 25))
         assert [(i, t) for c in chunks for i, t in zip(c.ids, c.texts)] == rows[skip:]
+
+
+def test_on_modal_without_an_account_is_a_clear_error(tmp_path, job_model):
+    """``--on modal`` calls the deployed class through Modal's own client: without credentials it stops with
+    Modal's reason and what to deploy, before any part."""
+    source = tmp_path / "c.txt"
+    source.write_text("one\ntwo\n")
+    env = {k: v for k, v in job_env().items() if not k.startswith("MODAL_")}
+    env["HOME"] = str(tmp_path)  # no ~/.modal.toml
+    done = subprocess.run(embed_command(source, tmp_path / "o.parquet", job_model, "--on", "modal"), cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Modal: Token missing" in done.stderr and "modal deploy adapters/modal/app.py" in done.stderr
+    assert not (tmp_path / "o.parquet.parts").exists()
