@@ -15,8 +15,8 @@ Printed, one JSON line per measurement:
   embeddings/s over the same texts in batches of 32 for as many seconds; the ratios.
 - ``rss``: the job's peak RSS (the child's ``ru_maxrss``) at ``--small`` and ``--large`` rows.
 - ``repeats``: a corpus with 10% of its rows repeating earlier texts: the texts the model embedded / rows.
-- ``resume``: the full job's seconds; the same job SIGKILLed once half its rows are in parts, then run again:
-  the second run's seconds and its share of the full job's.
+- ``resume``: the full job's seconds; the same job (parts of 1/20 of the rows) SIGKILLed once half its rows
+  are in parts, then run again: the second run's seconds and its share of the full job's.
 """
 
 from __future__ import annotations
@@ -135,9 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         rows = args.resume_rows or args.rows
         corpus = work / "resume.jsonl"
         write_corpus(corpus, rows, seed=11)
-        full, _, _, _ = run_job(job(corpus, work / "full.parquet", model, args.threads, ["--rows-per-part", "4096"]))
+        part = ["--rows-per-part", str(max(1, rows // 20))]  # a part boundary at half way
+        full, _, _, _ = run_job(job(corpus, work / "full.parquet", model, args.threads, part))
         out = work / "resumed.parquet"
-        command = job(corpus, out, model, args.threads, ["--rows-per-part", "4096"])
+        command = job(corpus, out, model, args.threads, part)
         first, _, _, killed = run_job(command, kill_at=0.5, parts=Path(str(out) + ".parts"), rows=rows)
         second, output, _, _ = run_job(command)
         show({"measure": "resume", "rows": rows, "full_seconds": round(full, 1), "killed": killed,

@@ -89,7 +89,7 @@ def read_chunks(path: str, *, fmt: str = "auto", text_column: str = "text", id_c
     pending_ids: list = []
     pending_texts: list = []
     start = skip
-    for first, ids, texts in _batches(path, fmt, text_column, id_column, rows):
+    for first, ids, texts in _batches(path, fmt, text_column, id_column, rows, skip):
         end = first + len(texts)
         if end <= skip:
             continue
@@ -111,13 +111,14 @@ def _check_texts(texts: list, first: int, ids: list) -> None:
             raise InvalidInput(f"row {first + i} (id {ids[i]!r}): the text is {'missing' if text is None else type(text).__name__}, not a string")
 
 
-def _batches(path: str, fmt: str, text_column: str, id_column: str | None, rows: int):
-    """(first row number, ids, texts) per batch, in input order."""
+def _batches(path: str, fmt: str, text_column: str, id_column: str | None, rows: int, skip: int = 0):
+    """(first row number, ids, texts) per batch, in input order; rows before ``skip`` may be left out (counted,
+    not parsed: a resumed job, or a Ray actor reading its part, reads past them cheaply)."""
     if fmt == "text":
-        yield from _text_lines(path, rows)
+        yield from _text_lines(path, rows, skip)
         return
     if fmt == "jsonl":
-        yield from _json_lines(path, text_column, id_column, rows)
+        yield from _json_lines(path, text_column, id_column, rows, skip)
         return
     columns = [text_column] + ([id_column] if id_column else [])
     if fmt == "parquet":
@@ -126,7 +127,14 @@ def _batches(path: str, fmt: str, text_column: str, id_column: str | None, rows:
         missing = [c for c in columns if c not in source.schema_arrow.names]
         if missing:
             raise InvalidInput(f"--input {path}: no column {missing[0]!r}; its columns: {source.schema_arrow.names}")
-        batches = source.iter_batches(batch_size=rows, columns=columns)
+        groups, first_row = [], 0
+        for group in range(source.metadata.num_row_groups):  # the row groups wholly before skip are not read
+            size = source.metadata.row_group(group).num_rows
+            if first_row + size <= skip and not groups:
+                first_row += size
+                continue
+            groups.append(group)
+        batches = source.iter_batches(batch_size=rows, columns=columns, row_groups=groups)
     else:
         csv = require("pyarrow.csv", "bulk")
         pa = pyarrow()
@@ -137,7 +145,7 @@ def _batches(path: str, fmt: str, text_column: str, id_column: str | None, rows:
                                                                       column_types={text_column: pa.string()}))
         except pa.ArrowInvalid as exc:
             raise InvalidInput(f"--input {path}: {exc}") from None
-    first = 0
+    first = first_row if fmt == "parquet" else 0
     for batch in batches:
         texts = batch.column(text_column).to_pylist()
         ids = batch.column(id_column).to_pylist() if id_column else list(range(first, first + len(texts)))
@@ -146,7 +154,7 @@ def _batches(path: str, fmt: str, text_column: str, id_column: str | None, rows:
         first += len(texts)
 
 
-def _text_lines(path: str, rows: int):
+def _text_lines(path: str, rows: int, skip: int = 0):
     import io
 
     stream = io.TextIOWrapper(open_input(path), encoding="utf-8", newline=None)
@@ -154,6 +162,10 @@ def _text_lines(path: str, rows: int):
     for line in stream:
         text = line.rstrip("\n")
         if text.strip():
+            if first < skip:  # a row before skip: counted only
+                first += 1
+                number += 1
+                continue
             ids.append(number)
             texts.append(text)
         number += 1
@@ -164,13 +176,17 @@ def _text_lines(path: str, rows: int):
         yield first, ids, texts
 
 
-def _json_lines(path: str, text_column: str, id_column: str | None, rows: int):
+def _json_lines(path: str, text_column: str, id_column: str | None, rows: int, skip: int = 0):
     import io
 
     stream = io.TextIOWrapper(open_input(path), encoding="utf-8")
     ids, texts, first, number = [], [], 0, 0
     for line in stream:
         if not line.strip():
+            continue
+        if number < skip:  # a row before skip: counted, not parsed
+            number += 1
+            first += 1
             continue
         try:
             record = json.loads(line)

@@ -131,8 +131,12 @@ def run_modal(settings, options: JobOptions, *, app_name: str = "tessera", shard
 
     modal = require("modal", "modal")
     tessera = modal.Cls.from_name(app_name, "Tessera")()
-    return run_modal_job(
-        settings, options,
-        embed_map=lambda shards, kwargs: tessera.embed_shard.map(
-            shards, kwargs={"model": options.model, "options": kwargs}, order_outputs=True),
-        describe=lambda: tessera.describe_model.remote(options.model), shard_size=shard_size)
+    try:
+        return run_modal_job(
+            settings, options,
+            embed_map=lambda shards, kwargs: tessera.embed_shard.map(
+                shards, kwargs={"model": options.model, "options": kwargs}, order_outputs=True),
+            describe=lambda: tessera.describe_model.remote(options.model), shard_size=shard_size)
+    except modal.exception.Error as exc:  # the parts written so far stay: the same command resumes
+        raise JobError(f"Modal: {exc} (the app must be deployed: modal deploy adapters/modal/app.py, with "
+                       f"--modal-app naming it; got {app_name!r})") from None

@@ -246,3 +246,41 @@ def test_a_missing_optional_package_names_its_extra(tmp_path, job_model, monkeyp
                           cwd=ROOT, env=job_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"[{extra}]" in done.stderr and "is not installed" in done.stderr
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl", "csv", "text"])
+def test_reading_from_a_row_skips_earlier_rows_exactly(tmp_path, texts, fmt):
+    """What a resumed job and a Ray actor read: the rows from ``skip`` on, with the ids a full read gives them
+    (row groups before it not read, lines before it not parsed)."""
+    from core.bulk.formats import read_chunks
+
+    source = tmp_path / f"c.{ {'text': 'txt'}.get(fmt, fmt) }"
+    if fmt == "parquet":
+        pq.write_table(pa.table({"text": texts}), source, row_group_size=17)
+    elif fmt == "jsonl":
+        write_jsonl(source, texts)
+    elif fmt == "csv":
+        pacsv.write_csv(pa.table({"text": texts}), source)
+    else:
+        source.write_text("".join(t + ("\n\n" if i % 5 == 0 else "\n") for i, t in enumerate(texts)))
+    full = [(c.start, c.ids, c.texts) for c in read_chunks(str(source), rows=25)]
+    rows = [(i, t) for _, ids, ts in full for i, t in zip(ids, ts)]
+    assert len(rows) == len(texts)
+    for skip in (0, 1, 17, 40, 101, len(texts) - 1, len(texts)):
+        chunks = list(read_chunks(str(source), rows=25, skip=skip))
+        assert [c.start for c in chunks] == list(range(skip, len(texts), 25))
+        assert [(i, t) for c in chunks for i, t in zip(c.ids, c.texts)] == rows[skip:]
+
+
+def test_on_modal_without_an_account_is_a_clear_error(tmp_path, job_model):
+    """``--on modal`` calls the deployed class through Modal's own client: without credentials it stops with
+    Modal's reason and what to deploy, before any part."""
+    source = tmp_path / "c.txt"
+    source.write_text("one\ntwo\n")
+    env = {k: v for k, v in job_env().items() if not k.startswith("MODAL_")}
+    env["HOME"] = str(tmp_path)  # no ~/.modal.toml
+    done = subprocess.run(embed_command(source, tmp_path / "o.parquet", job_model, "--on", "modal"), cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Modal: Token missing" in done.stderr and "modal deploy adapters/modal/app.py" in done.stderr
+    assert not (tmp_path / "o.parquet.parts").exists()

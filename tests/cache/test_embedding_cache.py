@@ -243,3 +243,27 @@ def test_redis_url_without_the_client_package_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "redis.asyncio", None)
     with pytest.raises(MissingDependency, match=r"\[redis\]"):
         asyncio.run(RedisStore("redis://127.0.0.1:1/0").get_many([b"k"]))
+
+
+def test_an_unreachable_redis_serves_from_the_model_with_one_warning(onnx_model, uncached, caplog):
+    """Nothing listens at the URL: every request is answered by the model, as without a cache, the failure
+    is logged once (not per request) and counted."""
+    from benchmarks.loopback import free_port
+
+    import time
+
+    from core.cache import RETRY_S
+
+    texts = [t + " (no redis)" for t in TEXTS[:4]]
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="tessera.cache"), \
+            app_client(onnx_model, embedding_cache=f"redis://127.0.0.1:{free_port()}/0") as client:
+        answers = [post(client, texts) for _ in range(3)]
+        metrics = client.get("/metrics").text
+    windows = 1 + int((time.monotonic() - started) / RETRY_S)  # one warning per retry window at most
+    for answer in answers:
+        assert vectors_of(answer).tobytes() == vectors_of(post(uncached, texts)).tobytes()
+    warnings = [r for r in caplog.records if r.name == "tessera.cache"]
+    assert 1 <= len(warnings) <= windows and "unavailable" in warnings[0].getMessage()
+    assert len(warnings) < 3 or windows >= 3  # not one per request
+    assert metric(metrics, "tessera_embedding_cache_errors_total", op="get") >= 1
