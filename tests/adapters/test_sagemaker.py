@@ -407,8 +407,10 @@ def test_batch_transform_payload_size_is_read(sagemaker_model_dir):
     (the core's default body limit is 8 MiB, which answered 413 to every such mini-batch)."""
     env = _batch_transform_environment(12)
     assert env["SAGEMAKER_MAX_PAYLOAD_IN_MB"] == "12" and env["SAGEMAKER_BATCH"] == "True"
-    record = orjson.dumps({"input": "x" * 200}) + b"\n"
-    body = record * (10 * 1024 * 1024 // len(record))  # 10 MiB of JSON Lines: over 8 MiB, under 12 MB
+    # 10 MiB of JSON Lines (over 8 MiB, under 12 MB) in 2,000 records, within the per-request item limit
+    record = orjson.dumps({"input": "x" * 5200}) + b"\n"
+    body = record * 2000
+    assert 8 * 1024 * 1024 < len(body) < 12 * 1000 * 1000
     with sagemaker_process(sagemaker_model_dir, env) as (base, _proc):
         reply = httpx.post(base + "/invocations", content=body, timeout=600, headers={
             "Content-Type": "application/jsonlines", "Accept": "application/jsonlines",
@@ -418,7 +420,8 @@ def test_batch_transform_payload_size_is_read(sagemaker_model_dir):
         assert int(reply.headers["x-tessera-records"]) == body.count(b"\n")
         over = httpx.post(base + "/invocations", content=record * (13 * 1024 * 1024 // len(record)), timeout=600,
                           headers={"Content-Type": "application/jsonlines", ATTRS: "route=tokenize"})
-        assert over.status_code == 413  # past what the job may send: still refused
+        assert over.status_code == 413  # past what the job may send: still refused, by the body's size
+        assert over.json()["error"]["code"] == "body_too_large"
 
 
 def test_payload_size_only_raises_the_body_limit():
