@@ -284,3 +284,20 @@ def test_on_modal_without_an_account_is_a_clear_error(tmp_path, job_model):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Modal: Token missing" in done.stderr and "modal deploy adapters/modal/app.py" in done.stderr
     assert not (tmp_path / "o.parquet.parts").exists()
+
+
+def test_chunking_and_normalize_options_reach_the_vectors(tmp_path, job_model, texts):
+    from core.bulk.cli import chunking_value
+
+    assert chunking_value("8,2") == {"size": 8, "overlap": 2} and chunking_value("off") is False
+    with pytest.raises(JobError, match="SIZE"):
+        chunking_value("eight")
+    long_texts = [t + " " + t + " " + t for t in texts[:20]]
+    source = write_jsonl(tmp_path / "c.jsonl", long_texts)
+    out = tmp_path / "o.parquet"
+    run(settings_for(job_model), input=str(source), output=str(out), chunking={"size": 8, "overlap": 2},
+        normalize=False)
+    expected = reference(settings_for(job_model), long_texts, chunking={"size": 8, "overlap": 2}, normalize=False)
+    np.testing.assert_allclose(read(out)[1], expected, atol=2e-5)
+    assert not np.allclose(np.linalg.norm(expected, axis=1), 1.0)  # not normalized, as asked
+    assert not np.allclose(read(out)[1], reference(settings_for(job_model), long_texts, normalize=False), atol=1e-3)

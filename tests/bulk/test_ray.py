@@ -67,3 +67,36 @@ def test_the_command_line_runs_on_ray(tmp_path, job_model):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rows: 120 (120 this run, 0 done before)" in done.stdout
     assert pq.read_table(out).column("id").to_pylist() == list(range(120))
+
+
+def test_ray_actors_share_a_redis_embedding_cache(tmp_path, job_model):
+    """With ``embedding_cache`` a Redis URL, the actors read what another job stored there: a corpus embedded
+    once (here, by a local job) costs a Ray job no model work, and its vectors are the stored ones; a server
+    on the same Redis answers those texts from it too."""
+    import asyncio
+
+    from core.bulk.ray_runner import run_ray
+    from tests.support.redis_server import redis_server
+
+    texts = corpus(300, repeats=30, seed=13)
+    source = write_jsonl(tmp_path / "c.jsonl", texts)
+    with redis_server() as redis:
+        settings = Settings(models=[job_model], threads=1, embedding_cache=redis.url)
+        first = asyncio.run(run_local(settings, JobOptions(input=str(source), output=str(tmp_path / "a.parquet"),
+                                                           rows_per_part=50)))
+        assert first.computed == len(set(texts)) and redis.keys() == len(set(texts))
+        second = run_ray(settings, JobOptions(input=str(source), output=str(tmp_path / "b.parquet"), rows_per_part=50),
+                         actors=2, num_cpus=2)
+        # the server keys its cache as the job does: the job's work answers its requests too
+        from fastapi.testclient import TestClient
+
+        from core.api.app import create_app
+
+        with TestClient(create_app(settings)) as client:
+            answer = client.post("/v1/embeddings", json={"input": texts[:5]})
+            assert answer.status_code == 200
+            hits = [line for line in client.get("/metrics").text.splitlines()
+                    if line.startswith("tessera_embedding_cache_hits_total{")]
+        assert hits and float(hits[0].rsplit(" ", 1)[1]) == 5
+    assert second.computed == 0 and second.repeated == len(texts)
+    assert read(tmp_path / "b.parquet")[1].tobytes() == read(tmp_path / "a.parquet")[1].tobytes()

@@ -265,5 +265,4 @@ def test_an_unreachable_redis_serves_from_the_model_with_one_warning(onnx_model,
         assert vectors_of(answer).tobytes() == vectors_of(post(uncached, texts)).tobytes()
     warnings = [r for r in caplog.records if r.name == "tessera.cache"]
     assert 1 <= len(warnings) <= windows and "unavailable" in warnings[0].getMessage()
-    assert len(warnings) < 3 or windows >= 3  # not one per request
     assert metric(metrics, "tessera_embedding_cache_errors_total", op="get") >= 1
