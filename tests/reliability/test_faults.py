@@ -4,7 +4,6 @@ real server process."""
 from __future__ import annotations
 
 import json
-import re
 import signal
 import sys
 import threading
@@ -16,7 +15,14 @@ import pytest
 
 from core.errors import OutOfMemory, StartupFailed
 from tests.api.conftest import SlowBackend, assert_error, client_for
-from tests.support.server import ROOT, environ_without_settings, free_port, running_process
+from tests.support.server import (
+    ROOT,
+    environ_without_settings,
+    free_port,
+    inflight_requests,
+    running_process,
+    wait_for,
+)
 
 
 class OomAbove(SlowBackend):
@@ -81,21 +87,6 @@ def test_inflight_cap_answers_429(minilm_onnx_dir):
                 assert_error(r, 429, "overloaded")
 
 
-def _wait_for(condition, what: str, timeout: float = 120.0) -> None:
-    """Poll ``condition`` (bounded) until it holds: the test waits on the server's state, not on a guess
-    of how long the state takes to reach on a busy machine."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
-def _inflight(base: str) -> float:
-    text = httpx.get(base + "/metrics", timeout=30).text
-    match = re.search(r"^tessera_inflight_requests (\S+)$", text, re.M)
-    return float(match.group(1)) if match else 0.0
-
-
 def _refusing(base: str) -> bool:
     """The server refuses new work: /ready answers 503 while it drains, or the listener is closed."""
     try:
@@ -121,10 +112,10 @@ def test_sigterm_drains_in_flight_requests_and_refuses_new_work(minilm_onnx_dir)
         workers = [threading.Thread(target=in_flight) for _ in range(3)]
         for w in workers:
             w.start()
-        _wait_for(lambda: _inflight(base) == 3 or len(results) > 0, "three requests in progress")
+        wait_for(lambda: inflight_requests(base) == 3 or len(results) > 0, "three requests in progress")
         assert not results, "a request finished before all three were in progress: make the work longer"
         proc.send_signal(signal.SIGTERM)
-        _wait_for(lambda: _refusing(base), "the server to drain")
+        wait_for(lambda: _refusing(base), "the server to drain")
         # new work is refused: the listener is closed (connection refused) or the app answers 503
         try:
             late = httpx.post(base + "/v1/embeddings", json={"input": "too late"}, timeout=30)
