@@ -122,8 +122,9 @@ class Engine:
             except (OutOfMemory, MemoryError) as exc:  # served in halves, as any batch out of memory is
                 log.warning("model %s: warm-up batch %s ran out of memory: %s", self.name, shape, exc)
                 continue
-            except (TesseraError, RuntimeError, ValueError, TypeError) as exc:
-                # every request would fail the same way: the model is not served (a failed load)
+            except (TesseraError, RuntimeError, ValueError, TypeError, IndexError) as exc:
+                # every request would fail the same way (IndexError: ids past the model's embeddings, a
+                # tokenizer that does not match the weights): the model is not served (a failed load)
                 raise BackendFailure(f"model {self.name!r}: its warm-up batch {shape} failed, so every request "
                                      f"would: {type(exc).__name__}: {exc}") from exc
             shapes.append(shape)

@@ -4,7 +4,6 @@ real server process."""
 from __future__ import annotations
 
 import json
-import re
 import signal
 import sys
 import threading
@@ -16,7 +15,14 @@ import pytest
 
 from core.errors import OutOfMemory, StartupFailed
 from tests.api.conftest import SlowBackend, assert_error, client_for
-from tests.support.server import ROOT, environ_without_settings, free_port, running_process
+from tests.support.server import (
+    ROOT,
+    environ_without_settings,
+    free_port,
+    inflight_requests,
+    running_process,
+    wait_for,
+)
 
 
 class OomAbove(SlowBackend):
@@ -81,21 +87,6 @@ def test_inflight_cap_answers_429(minilm_onnx_dir):
                 assert_error(r, 429, "overloaded")
 
 
-def _wait_for(condition, what: str, timeout: float = 120.0) -> None:
-    """Poll ``condition`` (bounded) until it holds: the test waits on the server's state, not on a guess
-    of how long the state takes to reach on a busy machine."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
-def _inflight(base: str) -> float:
-    text = httpx.get(base + "/metrics", timeout=30).text
-    match = re.search(r"^tessera_inflight_requests (\S+)$", text, re.M)
-    return float(match.group(1)) if match else 0.0
-
-
 def _refusing(base: str) -> bool:
     """The server refuses new work: /ready answers 503 while it drains, or the listener is closed."""
     try:
@@ -121,10 +112,10 @@ def test_sigterm_drains_in_flight_requests_and_refuses_new_work(minilm_onnx_dir)
         workers = [threading.Thread(target=in_flight) for _ in range(3)]
         for w in workers:
             w.start()
-        _wait_for(lambda: _inflight(base) == 3 or len(results) > 0, "three requests in progress")
+        wait_for(lambda: inflight_requests(base) == 3 or len(results) > 0, "three requests in progress")
         assert not results, "a request finished before all three were in progress: make the work longer"
         proc.send_signal(signal.SIGTERM)
-        _wait_for(lambda: _refusing(base), "the server to drain")
+        wait_for(lambda: _refusing(base), "the server to drain")
         # new work is refused: the listener is closed (connection refused) or the app answers 503
         try:
             late = httpx.post(base + "/v1/embeddings", json={"input": "too late"}, timeout=30)
@@ -139,64 +130,65 @@ def test_sigterm_drains_in_flight_requests_and_refuses_new_work(minilm_onnx_dir)
 
 
 @pytest.fixture(scope="module")
-def t5_without_its_encoder_head(tmp_path_factory, minilm_dir):
-    """A tiny T5 saved as ``T5Model`` (encoder-decoder) instead of ``T5EncoderModel``: it loads, and every
-    forward raises (no decoder inputs), so its warm-up fails as every request would."""
+def model_that_cannot_run(tmp_path_factory, minilm_dir):
+    """A tiny BERT with a 100-token vocabulary beside MiniLM's 30,522-token tokenizer: it loads, and every
+    forward raises (the tokenizer's ids are past its embeddings), so its warm-up fails as every request
+    would. (A T5 saved as ``T5Model`` did this once; T5 folders now load their encoder-only class.)"""
     import shutil
 
-    from transformers import T5Config, T5Model
+    from transformers import BertConfig, BertModel
 
-    folder = tmp_path_factory.mktemp("t5") / "t5-model"
-    T5Model(T5Config(vocab_size=30522, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4,
-                     decoder_start_token_id=0)).save_pretrained(folder)
+    folder = tmp_path_factory.mktemp("mismatch") / "bert-small-vocab"
+    BertModel(BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                         intermediate_size=64)).save_pretrained(folder)
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
         if (minilm_dir / name).exists():
             shutil.copy(minilm_dir / name, folder / name)
     return folder
 
 
-def test_a_failed_warm_up_is_a_failed_load(t5_without_its_encoder_head, minilm_onnx_dir):
+def test_a_failed_warm_up_is_a_failed_load(model_that_cannot_run, minilm_onnx_dir):
     """It was only logged: /ready answered 200 and every request got 500 backend_failure."""
-    t5 = {"path": str(t5_without_its_encoder_head), "name": "t5", "backend": "torch"}
+    broken = {"path": str(model_that_cannot_run), "name": "broken", "backend": "torch"}
     with pytest.raises(StartupFailed, match="warm-up"):
-        with client_for(models=[t5]):
+        with client_for(models=[broken]):
             pass
     # allow_degraded: the others serve; the model is reported failed, never ready, and answers 503
-    with client_for(models=[t5, {"path": str(minilm_onnx_dir), "name": "m"}], allow_degraded=True) as c:
-        assert "failed to load" in c.get("/ready").json()["models"]["t5"]
-        assert_error(c.post("/v1/embeddings", json={"model": "t5", "input": "x"}), 503, "not_ready")
+    with client_for(models=[broken, {"path": str(minilm_onnx_dir), "name": "m"}], allow_degraded=True) as c:
+        assert "failed to load" in c.get("/ready").json()["models"]["broken"]
+        assert_error(c.post("/v1/embeddings", json={"model": "broken", "input": "x"}), 503, "not_ready")
         assert c.post("/v1/embeddings", json={"model": "m", "input": "x"}).status_code == 200
     # alone and degraded allowed, nothing is served: start-up fails
     with pytest.raises(StartupFailed):
-        with client_for(models=[t5], allow_degraded=True):
+        with client_for(models=[broken], allow_degraded=True):
             pass
 
 
-def test_a_failed_warm_up_fails_the_server_start(t5_without_its_encoder_head):
+def test_a_failed_warm_up_fails_the_server_start(model_that_cannot_run):
     """``python -m core serve`` exits with status 1 naming the warm-up, rather than serving a model that
     cannot answer."""
     import subprocess
 
     env = environ_without_settings()
-    env.update(TESSERA_MODELS=json.dumps([{"path": str(t5_without_its_encoder_head), "name": "t5",
+    env.update(TESSERA_MODELS=json.dumps([{"path": str(model_that_cannot_run), "name": "broken",
                                            "backend": "torch"}]), TESSERA_PORT=str(free_port()),
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     done = subprocess.run([sys.executable, "-m", "core", "serve"], env=env, capture_output=True, text=True,
                           timeout=180, cwd=ROOT)
     assert done.returncode == 1, done.stderr[-2000:]
-    assert "warm-up batch" in done.stderr and "t5" in done.stderr
+    assert "warm-up batch" in done.stderr and "broken" in done.stderr
 
 
-def test_registry_warm_up_moves_a_failing_model_to_failed(t5_without_its_encoder_head):
+def test_registry_warm_up_moves_a_failing_model_to_failed(model_that_cannot_run):
     """Lambda's before-snapshot warm-up: a model that fails it is recorded as failed, not kept serving."""
     from core.config import Settings
     from core.engine import Registry
 
-    settings = Settings(models=[{"path": str(t5_without_its_encoder_head), "name": "t5", "backend": "torch"}],
+    settings = Settings(models=[{"path": str(model_that_cannot_run), "name": "broken", "backend": "torch"}],
                         threads=1)
     registry = Registry.from_settings(settings, warm_up=False)
-    assert list(registry.engines) == ["t5"]
+    assert list(registry.engines) == ["broken"]
     registry.warm_up()
-    assert not registry.engines and "warm-up" in registry.failed["t5"].error
+    assert not registry.engines and "warm-up" in registry.failed["broken"].error
     with pytest.raises(StartupFailed):
         registry.raise_if_unusable()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -13,8 +14,8 @@ import httpx
 
 from benchmarks.loopback import free_port
 
-__all__ = ["ROOT", "environ_without_settings", "free_port", "running_process", "running_server",
-           "uvicorn_command"]
+__all__ = ["ROOT", "environ_without_settings", "free_port", "inflight_requests", "running_process",
+           "running_server", "uvicorn_command", "wait_for"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,3 +79,19 @@ def running_server(
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
     with running_process(uvicorn_command(app, port), full_env, port=port, timeout=timeout, headers=headers) as (base, _proc):
         yield base
+
+
+def wait_for(condition, what: str, timeout: float = 120.0) -> None:
+    """Poll ``condition`` (bounded) until it holds: a test waits on the server's state, not on a guess
+    of how long the state takes to reach on a busy machine."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def inflight_requests(base: str) -> float:
+    """The server's ``tessera_inflight_requests`` gauge (from ``/metrics``, answered outside the cap)."""
+    text = httpx.get(base + "/metrics", timeout=30).text
+    match = re.search(r"^tessera_inflight_requests (\S+)$", text, re.M)
+    return float(match.group(1)) if match else 0.0

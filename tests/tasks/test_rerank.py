@@ -10,6 +10,7 @@ from core.loading import detect_task, read_model_info
 from core.tasks.rerank import RerankRequest
 from tests.support.engines import load_engine
 from tests.support.sentences import DOCS, QUERY
+from tests.support.tokenizer_work import counting_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -102,21 +103,25 @@ def test_classifier_cannot_be_a_reranker(classifier_dir):
 
 def test_a_long_query_is_tokenized_once_and_cut_before_pairing(engine):
     """A 200k-character query with 200 documents took 28 s and +1.6 GB when the query was tokenized in
-    full once per document; now it is tokenized once and cut to what a pair can keep."""
-    import time
+    full once per document; now it is tokenized once and cut to what a pair can keep. The work is
+    counted (the text handed to the tokenizer), not timed, so a busy machine cannot fail it."""
     import tracemalloc
 
     query = "word " * 40_000
     docs = [f"document number {i} about berlin" for i in range(200)]
+    limit = engine.task.tokenizer.max_length
     tracemalloc.start()
-    started = time.monotonic()
-    items = engine.task.prepare(RerankRequest(query, docs))
-    elapsed = time.monotonic() - started
+    with counting_tokenizer(engine.task.tokenizer) as work:
+        items = engine.task.prepare(RerankRequest(query, docs))
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    limit = engine.task.tokenizer.max_length
     assert len(items) == 200 and all(it.cost == limit for it in items)
-    assert elapsed < 2.0, f"{elapsed:.1f}s"
+    whole = work.times(query)
+    assert whole == 1, f"the whole query was tokenized {whole} times"
+    # each pair's query is at most the model's length of it ("word " is a token and a space)
+    pair_queries = [t for t in work.texts if t != query and t not in docs]
+    assert len(pair_queries) == len(docs) and all(len(q) <= len("word ") * limit for q in pair_queries)
+    assert work.chars <= len(query) + len(docs) * len("word ") * limit + sum(map(len, docs)), work.chars
     assert peak < 50 * 1024 * 1024
     cut = engine.run_sync(RerankRequest(query, docs[:3])).scores  # the same scores as the query cut by hand
     by_hand = engine.run_sync(RerankRequest("word " * limit, docs[:3])).scores
