@@ -86,6 +86,7 @@ PER_MODEL = [
     PerModel("--embedding-dtype", "embedding_dtype", _choice("--embedding-dtype", EMBEDDING_DTYPES)),
     PerModel("--pooling-method", "pooling", _choice("--pooling-method", POOLINGS)),
     PerModel("--pooling", "pooling", _choice("--pooling", {**POOLINGS, "splade": "splade"})),
+    PerModel("--dense-path", "dense_path", _text),
     PerModel("--default-prompt-name", "default_prompt_name", _text),
     PerModel("--default-prompt", "prompt", _text),
     PerModel("--trust-remote-code", "trust_remote_code", _bool("--trust-remote-code"), boolean=True),
@@ -129,11 +130,6 @@ IGNORED = {
     "--device-id": True, "--redirect-slash": True, "--tokenization-workers": True, "--uds-path": True,
     "--prometheus-port": True, "--disable-spans": False,
 }
-#: flags refused with the reason (what Tessera does instead)
-REFUSED = {
-    "--dense-path": "the Dense modules listed in the folder's modules.json are run; to serve another Dense "
-                    "module, make a folder whose modules.json names it",
-}
 
 #: Infinity's variables: INFINITY_<FLAG> for each of its flags (``;`` between per-model values)
 INFINITY_FLAGS = ("--model-id", "--served-model-name", "--batch-size", "--revision", "--trust-remote-code",
@@ -156,7 +152,7 @@ def _dest(flag: str) -> str:
 
 def compat_flags() -> list[str]:
     """Every flag this module reads (for did-you-mean)."""
-    flags = ["--model-id", *(p.flag for p in PER_MODEL), *(g.flag for g in GLOBAL), *IGNORED, *REFUSED]
+    flags = ["--model-id", *(p.flag for p in PER_MODEL), *(g.flag for g in GLOBAL), *IGNORED]
     flags += [f"--no-{p.flag[2:]}" for p in PER_MODEL if p.boolean]
     return flags
 
@@ -234,8 +230,6 @@ def _parser() -> argparse.ArgumentParser:
         else:
             parser.add_argument(flag, dest=_dest(flag), nargs="?", const="true")
             parser.add_argument("--no-" + flag[2:], dest=_dest(flag), action="store_const", const="false")
-    for flag in REFUSED:
-        parser.add_argument(flag, dest=_dest(flag), action="append")
     return parser
 
 
@@ -285,9 +279,6 @@ def parse(argv: list[str], environ: Mapping[str, str]) -> tuple[Compat, list[str
     values = vars(namespace)
     compat = Compat(notes=notes)
 
-    for flag, reason in REFUSED.items():
-        if values[_dest(flag)]:
-            raise ConfigError([f"{flag}: not offered: {reason}"])
     for flag in IGNORED:
         if values[_dest(flag)] is not None:
             compat.notes.append(f"{flag} changes nothing here (accepted for compatibility)")

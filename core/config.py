@@ -88,6 +88,11 @@ class ModelSpec(BaseModel):
         default=None, description="embed: replace the Pooling module's mode (as TEI's --pooling): cls | mean | max | "
         "mean_sqrt_len_tokens | weightedmean | lasttoken (TEI's last-token accepted; 'mean+max' concatenates)",
     )
+    dense_path: str | None = Field(
+        default=None, description="embed: the folder (inside the model's) of the one Dense module to run in place of "
+        "the one modules.json names (as TEI's --dense-path: e.g. 2_Dense_256 of a model that ships one Dense "
+        "module per output size)",
+    )
     trust_remote_code: bool = Field(
         default=False, description="allow the folder's own Python code (config auto_map); off: such folders are refused"
     )

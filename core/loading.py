@@ -357,18 +357,38 @@ def _module_class(kind: str) -> str | None:
     return name if name in EMBED_MODULES else None
 
 
-def read_embed_pipeline(folder: Path, *, pooling: str | None = None) -> EmbedPipeline:
+def _with_dense_path(modules: list[dict], dense_path: str, folder: Path) -> list[dict]:
+    """``modules`` with its one Dense module read from ``dense_path`` instead (TEI's ``--dense-path``)."""
+    from core.errors import Unsupported
+
+    if not (folder / dense_path / "config.json").is_file():
+        raise InvalidInput(f"{folder}: dense_path {dense_path!r} has no config.json (a sentence-transformers Dense "
+                           "module folder, such as 2_Dense_256)")
+    if not modules:
+        raise Unsupported(f"{folder}: dense_path needs the folder's modules.json (where the Pooling module and the "
+                          "Dense it replaces are listed)")
+    dense = [m for m in modules if _module_class(str(m.get("type", ""))) == "Dense"]
+    if len(dense) != 1:
+        raise Unsupported(f"{folder}: dense_path replaces the one Dense module, and modules.json lists {len(dense)}")
+    return [{**m, "path": dense_path} if m is dense[0] else m for m in modules]
+
+
+def read_embed_pipeline(folder: Path, *, pooling: str | None = None, dense_path: str | None = None) -> EmbedPipeline:
     """The post-encoder pipeline of an embedding folder from its ``modules.json``, or ``Unsupported`` naming
     the first module Tessera does not implement (a different vector is never served silently). ``pooling``
-    (the spec's override, as TEI's ``--pooling``) replaces the Pooling module's mode."""
+    (the spec's override, as TEI's ``--pooling``) replaces the Pooling module's mode; ``dense_path`` (TEI's
+    ``--dense-path``) the folder of the one Dense module."""
     from core.errors import Unsupported
 
     folder = Path(folder)
     modules_file = folder / "modules.json"
     override = parse_pooling(pooling, where="spec pooling") if pooling is not None else None
-    if not modules_file.exists():  # a plain transformers encoder: mean pooling is the common choice
+    modules = json.loads(modules_file.read_text()) if modules_file.exists() else []
+    if dense_path is not None:
+        modules = _with_dense_path(modules, dense_path, folder)
+    if not modules:  # a plain transformers encoder: mean pooling is the common choice
         return EmbedPipeline(override or "mean", True, (), False)
-    modules = sorted(json.loads(modules_file.read_text()), key=lambda m: int(m.get("idx", 0)))
+    modules = sorted(modules, key=lambda m: int(m.get("idx", 0)))
     mode, include_prompt, pooled = "mean", True, False
     steps: list[DenseModule | str] = []
     for position, module in enumerate(modules):

@@ -67,6 +67,7 @@ def model_identity(engine: Any) -> str:
         "device": str(spec.device).split(":")[0],
         "max_length": getattr(engine.task.info, "max_length", None),
         "pooling": spec.pooling,
+        "dense_path": spec.dense_path,
         "prompts": dict(sorted(spec.prompts.items())),
         "default_prompt_name": spec.default_prompt_name,
         "chunking": spec.chunking.model_dump() if spec.chunking is not None else None,

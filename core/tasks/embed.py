@@ -86,7 +86,7 @@ class EmbedTask(TextTask):
         super().__init__(info, spec)
         self.spec = spec
         #: Pooling mode, prompt handling, the Dense/Normalize steps after pooling, trailing Normalize
-        self.pipeline = read_embed_pipeline(info.folder, pooling=spec.pooling)
+        self.pipeline = read_embed_pipeline(info.folder, pooling=spec.pooling, dense_path=spec.dense_path)
         self.steps = [step if step == "normalize" else DenseLayer.load(step) for step in self.pipeline.steps]
         width = (info.dimension or 0) * len(self.pipeline.pooling.split("+"))
         for step in self.steps:

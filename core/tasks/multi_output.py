@@ -78,7 +78,7 @@ class MultiOutputTask(TextTask):
     def __init__(self, info: ModelInfo, spec: ModelSpec):
         super().__init__(info, spec)
         self.spec = spec
-        self.pipeline = read_embed_pipeline(info.folder, pooling=spec.pooling)
+        self.pipeline = read_embed_pipeline(info.folder, pooling=spec.pooling, dense_path=spec.dense_path)
         if self.pipeline.steps:
             raise InvalidInput(f"{info.folder}: Dense modules on a multi-output model are not supported")
         self.sparse_w, self.sparse_b = load_linear(info.folder, "sparse_linear")

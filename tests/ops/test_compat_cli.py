@@ -149,8 +149,7 @@ def test_tei_flags_map_onto_the_settings():
     assert named.default_prompt_name == "query"
     with pytest.raises(ConfigError, match="--auto-truncate false: not offered"):
         settings_of(["--model-id", "m/x", "--auto-truncate", "false"])
-    with pytest.raises(ConfigError, match="--dense-path: not offered"):
-        settings_of(["--model-id", "m/x", "--dense-path", "2_Dense_1024"])
+    assert settings_of(["--model-id", "m/x", "--dense-path", "2_Dense_1024"]).models[0].dense_path == "2_Dense_1024"
 
 
 # --- typos and one-value forms -------------------------------------------------------------------------------

@@ -249,3 +249,33 @@ def test_models_and_tei_info_report_the_pipeline(pipeline_dirs):
         assert r.status_code == 200, r.text
         assert len(r.json()["data"][0]["embedding"]) == 16  # after both Dense modules
         assert client.get("/info").json()["model_type"] == {"embedding": {"pooling": "cls"}}
+
+
+def test_dense_path_serves_another_dense_module_as_sentence_transformers_would(pipeline_dirs, sentences, tmp_path):
+    """``dense_path`` (TEI's --dense-path) runs the Dense module of another folder in place of the one
+    modules.json names, as a model that ships one Dense module per output size (2_Dense_256, 2_Dense_1024) is
+    served; the reference is sentence-transformers with that module in the pipeline."""
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+
+    folder = tmp_path / "two-denses"
+    shutil.copytree(pipeline_dirs("cls-dense-gelu-bin"), folder, symlinks=True)
+    torch.manual_seed(5)
+    other = models.Dense(32, 8, activation_function=torch.nn.GELU())
+    (folder / "2_Dense_8").mkdir()
+    other.save(str(folder / "2_Dense_8"))
+    st = SentenceTransformer(str(folder), device="cpu")
+    assert isinstance(st._modules["2"], models.Dense)
+    st._modules["2"] = other
+    ref = st.encode(sentences, batch_size=16, convert_to_numpy=True)
+    engine = Engine.load(ModelSpec(path=folder, backend="torch", dense_path="2_Dense_8"), SETTINGS)
+    got = engine.run_sync(EmbedRequest(texts=sentences)).vectors
+    assert got.shape == ref.shape == (len(sentences), 8)
+    assert np.abs(got - ref).max() <= MAX_ABS
+    default = Engine.load(ModelSpec(path=folder, backend="torch"), SETTINGS).run_sync(EmbedRequest(texts=sentences))
+    assert default.vectors.shape[1] == 20  # without it, the module modules.json names
+    with pytest.raises(TesseraError, match="has no config.json"):
+        Engine.load(ModelSpec(path=folder, backend="torch", dense_path="2_Dense_missing"), SETTINGS)
+    with pytest.raises(TesseraError, match="modules.json lists 2"):
+        Engine.load(ModelSpec(path=pipeline_dirs("mean-dense2-norm"), backend="torch", dense_path="2_Dense"),
+                    SETTINGS)
