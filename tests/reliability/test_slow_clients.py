@@ -15,7 +15,8 @@ import time
 import httpx
 import pytest
 
-from tests.support.server import ROOT, environ_without_settings, free_port, inflight_requests, running_process, wait_for
+from tests.support.server import (ROOT, environ_without_settings, free_port, inflight_requests, running_process,
+                                  send_one_huge_header, wait_for)
 
 
 def _env(minilm_onnx_dir, port: int, model: dict | None = None, **settings) -> dict[str, str]:
@@ -130,15 +131,7 @@ def test_request_heads_are_bounded(minilm_onnx_dir):
         ok = httpx.post(base + "/v1/embeddings", json={"input": "hi"}, headers={"x-pad": "p" * 16000}, timeout=10)
         assert ok.status_code == 200
         sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        sent = 0
-        try:
-            sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nX-Huge: ")
-            chunk = b"h" * 65536
-            for _ in range(1024):  # up to 64 MB, bounded
-                sock.sendall(chunk)
-                sent += len(chunk)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        sent = send_one_huge_header(sock)
         assert sent < 8 * 1024 * 1024, f"the server read {sent} bytes of one header"
         try:
             head, raw = _read_response(sock)

@@ -95,3 +95,18 @@ def inflight_requests(base: str) -> float:
     text = httpx.get(base + "/metrics", timeout=30).text
     match = re.search(r"^tessera_inflight_requests (\S+)$", text, re.M)
     return float(match.group(1)) if match else 0.0
+
+
+def send_one_huge_header(sock) -> int:
+    """Start a POST on ``sock`` whose one header grows until the server stops reading (at most 64 MB, in 64 KiB
+    writes); the bytes of that header sent before the connection was cut."""
+    sent = 0
+    try:
+        sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nX-Huge: ")
+        chunk = b"h" * 65536
+        for _ in range(1024):  # up to 64 MB, bounded
+            sock.sendall(chunk)
+            sent += len(chunk)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    return sent
