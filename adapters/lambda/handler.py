@@ -76,6 +76,7 @@ import orjson  # noqa: E402
 from pydantic import Field  # noqa: E402
 
 from core.api.app import create_app  # noqa: E402
+from core.api.encode import least_embeddings_answer_bytes  # noqa: E402
 from core.api.keys import ApiKeys  # noqa: E402
 from core.api.lifecycle import StartBatchers  # noqa: E402
 from core.api.warm_pass import registry_requests, warm_app  # noqa: E402
@@ -84,7 +85,6 @@ from core.engine import Registry  # noqa: E402
 from core.errors import InvalidInput, MissingDependency, TesseraError, TooLarge, require  # noqa: E402
 from core.logs import configure_logging  # noqa: E402
 from core.snapshot import reseed_random  # noqa: E402
-from core.tasks.embed import EmbedTask  # noqa: E402
 from core.tracing import tracer_from_env  # noqa: E402
 
 log = logging.getLogger("tessera.lambda")
@@ -101,12 +101,6 @@ SNAP_START = "snap-start"
 
 #: kept back from each invocation's remaining time, to answer a 504 before Lambda ends the invocation
 DEADLINE_MARGIN_S = 1.0
-#: the fewest bytes one value of a float embedding takes in the JSON response (digits, sign, point,
-#: separator). float32 values of a unit vector print with 8-9 significant digits: 12.1-12.4 bytes a value
-#: measured for all-MiniLM-L6-v2. Counted low, so that no request whose answer fits is refused.
-FLOAT_JSON_BYTES = 11
-#: `{"object":"embedding","index":N,"embedding":...}` around each vector, at least
-ITEM_JSON_BYTES = 45
 EMBEDDING_PATHS = frozenset({"/v1/embeddings", "/embeddings"})
 TIMEOUT_HEADER = "x-request-timeout"
 
@@ -274,20 +268,6 @@ def _method_and_path(event: Mapping[str, Any]) -> tuple[str, str]:
     return (http.get("method") or event.get("httpMethod") or "").upper(), event.get("rawPath") or event.get("path") or ""
 
 
-def _input_count(value: Any) -> int | None:
-    if isinstance(value, str):
-        return 1
-    if isinstance(value, list) and value:
-        return 1 if isinstance(value[0], int) else len(value)
-    return None
-
-
-def _vector_bytes(dimension: int, encoding_format: str) -> int:
-    if encoding_format == "base64":  # the float32 bytes as one base64 string, in quotes
-        return 4 * math.ceil(4 * dimension / 3) + 2
-    return FLOAT_JSON_BYTES * dimension
-
-
 def least_response_bytes(event: Mapping[str, Any], registry: Registry, max_items: int | None = None) -> int | None:
     """The fewest bytes the JSON answer to an embeddings request can take, from the request alone
     (inputs × dimension × bytes per value of the encoding); None when it cannot be told (another route,
@@ -295,34 +275,7 @@ def least_response_bytes(event: Mapping[str, Any], registry: Registry, max_items
     method, path = _method_and_path(event)
     if method != "POST" or path not in EMBEDDING_PATHS:
         return None
-    body = _json_body(event)
-    if not isinstance(body, dict):
-        return None
-    count = _input_count(body.get("input"))
-    if count is not None and max_items is not None and count > max_items:
-        return None  # over the app's own item limit: its 413 says so (which is the fix to offer)
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        return None  # not a model name: the app's own 422 says so
-    try:
-        engine = registry.get(model, "embeddings")
-    except TesseraError:
-        return None
-    task = engine.task
-    if count is None or not isinstance(task, EmbedTask) or not task.dimension:
-        return None
-    if count > settings.max_items_per_request:  # the app's own 413 (too many inputs) names the real limit
-        return None
-    if (body.get("embedding_type") or engine.spec.embedding_dtype) != "float":
-        return None
-    dimension = task.dimension
-    asked = body.get("dimensions")
-    if isinstance(asked, int) and not isinstance(asked, bool) and 0 < asked < dimension:
-        dimension = asked
-    encoding = body.get("encoding_format") or "float"
-    if encoding not in ("float", "base64"):
-        return None
-    return count * (_vector_bytes(dimension, encoding) + ITEM_JSON_BYTES)
+    return least_embeddings_answer_bytes(_json_body(event), registry, max_items)
 
 
 def _headers(event: Mapping[str, Any]) -> dict[str, str]:

@@ -31,7 +31,6 @@ import asyncio
 import base64
 import contextlib
 import io
-import math
 from typing import Any
 
 import numpy as np
@@ -43,6 +42,7 @@ from adapters.sagemaker.models import SAGEMAKER_MAX_RESPONSE_BYTES
 from adapters.sagemaker.jsonlines import (DEFAULT_CONCURRENCY, JSONLINES, JSONLINES_TYPES, assemble, run_records,
                                           split_records)
 from core.api.app import create_app
+from core.api.encode import least_embeddings_answer_bytes
 from core.api.warm_pass import WarmRequest, registry_requests
 from core.config import Settings
 from core.engine import Registry
@@ -202,41 +202,12 @@ def _record(record: bytes, attributes: dict[str, str], routes: dict[str, str], r
     return route, payload
 
 
-#: the fewest bytes a value of a float embedding takes in JSON (8-9 significant digits, sign, point,
-#: separator: 12 bytes or so for a unit vector), and the record's answer around each vector; counted low
-FLOAT_JSON_BYTES = 11
-ITEM_JSON_BYTES = 45
-
-
 def _least_answer_bytes(route: str, payload: dict[str, Any], registry: Registry | None) -> int:
-    """The fewest bytes an embeddings record's answer can take (inputs × dimension × bytes per value), from
-    the record alone; 0 where it cannot be told (another route, a record the route will refuse)."""
+    """The fewest bytes an embeddings record's answer can take, from the record alone; 0 where it cannot be
+    told (another route, a record the route will refuse)."""
     if route != "embeddings" or registry is None:
         return 0
-    value, model = payload.get("input"), payload.get("model")
-    if isinstance(value, str) or (isinstance(value, list) and value and isinstance(value[0], int)):
-        count = 1
-    elif isinstance(value, list):
-        count = len(value)
-    else:
-        return 0
-    if (model is not None and not isinstance(model, str)) or payload.get("modality", "text") != "text":
-        return 0
-    try:
-        engine = registry.get(model, "embeddings")
-    except TesseraError:
-        return 0
-    dimension = getattr(engine.task, "dimension", None)
-    if not dimension or (payload.get("embedding_type") or engine.spec.embedding_dtype) != "float":
-        return 0
-    asked = payload.get("dimensions")
-    if isinstance(asked, int) and not isinstance(asked, bool) and 0 < asked < dimension:
-        dimension = asked
-    if payload.get("encoding_format", "float") == "float":
-        per_vector = FLOAT_JSON_BYTES * dimension
-    else:  # base64: the float32 bytes
-        per_vector = 4 * math.ceil(4 * dimension / 3)
-    return count * (per_vector + ITEM_JSON_BYTES)
+    return least_embeddings_answer_bytes(payload, registry) or 0
 
 
 def _record_error(exc: TesseraError) -> tuple[int, bytes]:
