@@ -1,7 +1,7 @@
-"""Every command of README.md and docs/*.md. Every fenced block says what it holds (``bash``, ``python``,
-``json``, ``yaml``, ``text``); a ``bash`` or ``python`` block either says on its first line what it needs that
-a checkout set up as the README says does not have (``# needs ...``: an AWS or Modal account, Docker, a GPU,
-the Hugging Face Hub, model folders of your own, a benchmark's quiet minutes), or it runs here as written,
+"""Every command of README.md, docs/*.md and docs/*/*.md (the benchmark history and other records). Every
+fenced block says what it holds (``bash``, ``python``, ``json``, ``yaml``, ``text``, ``mermaid``); a ``bash``
+or ``python`` block either says on its first line what it needs that a checkout set up as the README says
+does not have (``# needs ...``: an AWS or Modal account, Docker, a GPU, the Hugging Face Hub, model folders of your own, a benchmark's quiet minutes), or it runs here as written,
 and then it is run below: from the repository root, no credentials, any AWS endpoint pointed at a closed
 loopback port (a dry run that called AWS would fail, never reach it), a server on loopback for the commands
 that call one. Every command, marked or not, names the project's environment (``.venv/bin/python``,
@@ -22,8 +22,9 @@ import pytest
 
 from .conftest import ROOT
 
-PAGES = ("README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")))
-LANGUAGES = {"bash", "python", "json", "yaml", "text"}
+PAGES = ("README.md", *sorted(p.relative_to(ROOT).as_posix() for pattern in ("*.md", "*/*.md")
+                            for p in (ROOT / "docs").glob(pattern)))
+LANGUAGES = {"bash", "python", "json", "yaml", "text", "mermaid"}
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/tessera-lambda:arm64"
 PY = ".venv/bin/python"
 
@@ -127,7 +128,7 @@ def _env() -> dict[str, str]:
 def test_every_block_says_what_it_holds():
     for page, number, language, lines in all_blocks():
         assert language in LANGUAGES, f"{page}:{number}: a block marked {language or 'nothing'!r}: say bash, " \
-                                      "python, json, yaml or text"
+                                      "python, json, yaml, text or mermaid"
 
 
 def test_every_block_runs_here_or_says_what_it_needs():
