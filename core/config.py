@@ -69,8 +69,8 @@ class ModelSpec(BaseModel):
                        "Runtime's CUDA provider) that keeps parity with float32, measured once per GPU (docs/backends.md)")
     max_batch_tokens: int | None = Field(
         default=None, gt=0,
-        description="padded tokens per batch; default: 512 on CPU, 16384 on accelerators (docs/benchmarks.md "
-        "says why CPU batches stay small)",
+        description="padded tokens per batch; default: 512 on CPU, 16384 on accelerators (on a CPU, larger "
+        "batches outgrow the caches and run slower per item)",
     )
     max_batch_size: int = Field(default=64, gt=0, description="items per batch")
     max_queue_items: int = Field(default=4096, gt=0, description="queued items before 429")
@@ -114,12 +114,13 @@ class ModelSpec(BaseModel):
         default=None, gt=0, json_schema_extra=_only("onnx"),
         description="batches run at once; default: 2 on CPU with 2+ threads, else 1. With 2, a batch that starts "
         "while another runs gets threads/2 threads of its own (a second session: one more copy of the weights in "
-        "memory), one alone keeps them all (measured in docs/benchmarks.md, \"Saturation at equal precision\")",
+        "memory), one alone keeps them all: two batches keep two cores busy where one session's threads would "
+        "wait for each other",
     )
     ort_spin: bool = Field(
         default=True, json_schema_extra=_only("onnx"),
-        description="let ONNX Runtime's threads busy-wait between runs (its default; off frees CPU for other work "
-        "at some latency cost, see docs/benchmarks.md)",
+        description="let ONNX Runtime's threads busy-wait between runs (its default: lower latency; off frees that "
+        "CPU for tokenization and the event loop)",
     )
     ort_optimized: bool = Field(
         default=False, json_schema_extra=_only("onnx"),
@@ -169,7 +170,7 @@ class ModelSpec(BaseModel):
     @property
     def batch_tokens(self) -> int:
         """The token budget in force: ``max_batch_tokens``, else the device's default. On a CPU, per-item
-        throughput falls once a batch outgrows the caches (docs/benchmarks.md)."""
+        throughput falls once a batch outgrows the caches."""
         if self.max_batch_tokens is not None:
             return self.max_batch_tokens
         return CPU_BATCH_TOKENS if self.device == "cpu" else ACCELERATOR_BATCH_TOKENS

@@ -1,12 +1,9 @@
 """One OS thread for all of a process's torch work on the CPU.
 
-torch's CPU kernels run on OpenMP (GNU libgomp in the PyPI wheels). libgomp keeps a team of threads per OS
-thread that starts parallel work, and once a process holds more of its threads than it has CPUs it stops
-letting idle team threads spin: every parallel operator then pays a futex wake-up. A server that loads a
-model on one thread and runs it on another is in that state from its first request. Measured on 2 CPUs
-(ViT-B/32-sized CLIP, one short text, int8; docs/benchmarks.md, "One thread for torch"): 4.2-4.9 ms a
-forward when one thread loads and runs the model, 8.9-12.5 ms when the model was loaded, or any torch
-operator ran, on another thread first; small operators (mul, layer_norm, sigmoid) took 7-12x longer each.
+torch's CPU kernels run on OpenMP (GNU libgomp in the PyPI wheels), which keeps a team of threads per OS
+thread that starts parallel work and stops letting idle team threads spin once a process holds more of them
+than it has CPUs: a model loaded on one thread and run on another then pays a futex wake-up on every
+parallel operator (the measurements are in docs/bench/history.md, "One thread for torch").
 
 So the torch backend loads, warms up and runs CPU models here, and the ONNX exporter traces here, whatever
 thread asks: the process keeps one OpenMP team. The thread starts on first use (not at import) and again

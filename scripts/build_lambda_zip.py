@@ -18,7 +18,7 @@ The package holds, at its root (Lambda's task root, /var/task):
   ``TESSERA_MODELS`` points at ``/var/task/model`` (infra/lambda/template.yaml sets it).
 
 Bytecode: /var/task is read-only on Lambda, so Python cannot cache what it compiles there, and an init
-without ``.pyc`` files compiles every module it imports (docs/benchmarks.md, "Lambda cold start", has
+without ``.pyc`` files compiles every module it imports (docs/bench/history.md, "Lambda cold start", has
 the time it adds). ``--python`` names a Python 3.12 interpreter (by default ``TESSERA_PYTHON312``, else
 ``python3.12`` on PATH) that compiles the tree, with hash-based ``.pyc`` files that Python uses without
 comparing the sources' timestamps (which a zip does not keep exactly). Without one the package is built

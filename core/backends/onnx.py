@@ -115,8 +115,8 @@ class OnnxBackend(Backend):
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        # busy-waiting between ops/runs (ONNX Runtime's default) saves ~0.8 ms a call on a single short text
-        # here; ort_spin: false gives that CPU to tokenization and the event loop instead (docs/benchmarks.md)
+        # busy-waiting between ops/runs (ONNX Runtime's default) lowers a small request's latency;
+        # ort_spin: false gives that CPU to tokenization and the event loop instead
         opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if self._spin else "0")
         return ort.InferenceSession(str(path), sess_options=opts, providers=providers)
 

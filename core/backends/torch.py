@@ -43,9 +43,8 @@ def quantize_int8(torch, model):
 def attention_kernels(torch, device: str):
     """The scaled-dot-product-attention kernels a forward on ``device`` may use (a context manager), or
     None for torch's own choice. On CUDA, cuDNN's attention is left out: torch builds a cuDNN graph for every
-    new input shape (measured on an H200, torch 2.11: ~45 ms for each new (batch, length), 0.5-1 s with a
-    padding mask, then ~3 ms a call), and a server meets new shapes all the time; the flash and
-    memory-efficient kernels have no per-shape cost (docs/benchmarks.md, GPU section)."""
+    new input shape, which a server meets all the time, while the flash and memory-efficient kernels have no
+    per-shape cost (measured in docs/bench/history.md, "What the GPU run showed")."""
     if not device.startswith("cuda"):
         return None
     from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -5,10 +5,9 @@ The output is a complete model folder (config, tokenizer and sentence-transforme
 with ``onnx/model.onnx`` (fp32) and, with ``int8=True``, ``onnx/model_int8.onnx``; serve it with
 ``backend: onnx`` (``dtype: int8`` picks the quantized graph).
 
-The fp32 graph is left **plain** by default: with ONNX Runtime 1.32 on CPU the offline fusions
-(Attention, EmbedLayerNorm, SkipLayerNorm, BiasGelu) made MiniLM 4–14% *slower* than the plain graph,
-on which the session applies its own online fusions (docs/benchmarks.md, "The plain graph is faster
-than the offline-fused one on CPU"; measure with scripts/bench_graphs.py).
+The fp32 graph is left **plain** by default: on the CPU the offline fusions (Attention, EmbedLayerNorm,
+SkipLayerNorm, BiasGelu) run slower than the plain graph, on which the session applies its own online
+fusions (measured in docs/bench/history.md; measure again with scripts/bench_graphs.py).
 The fused graph (``core/convert/fusion.py``) is what the CUDA provider runs best, so
 ``core/convert/onnx_fp16.py`` fuses before it converts to fp16; ``optimize=True`` fuses the fp32 graph too.
 The config, tokenizer and module files are copied as for every converter (``core/convert/files.py``).

@@ -7,7 +7,7 @@ The graph is written at ``ORT_ENABLE_EXTENDED``: the fusions and constant foldin
 provider applies, without ``ORT_ENABLE_ALL``'s layout transformations, which ONNX Runtime marks as specific
 to the machine that wrote them. Run it with the onnxruntime version (and on the platform) that will serve
 it: the contrib operators it fuses into belong to that runtime. Parity with the plain graph under full
-optimization is exact for the int8 graphs measured (docs/benchmarks.md, "Lambda cold start"). What it
+optimization is exact for the int8 graphs tested (tests/backends/test_ort_optimized.py). What it
 saves is the optimization time only; where constant folding expands weights (a weight-only int8 graph
 whose int8→float conversion is folded), the written graph is larger than its source: the command prints
 both sizes."""
