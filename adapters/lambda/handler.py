@@ -38,8 +38,8 @@ invocation finds the routes warm and the batchers started.
   to the app as its ``X-Request-Timeout``: past it the client gets a 504 in the OpenAI error shape
   before Lambda ends the invocation.
 - Warm-up: not on an on-demand init. On this int8 graph at one thread the first run of a batch shape
-  costs little more than the second, so the warm-up's full batches would mostly lengthen the cold start; ``TESSERA_LAMBDA_WARM_UP=true`` turns it
-  back on (a model whose first runs do cost more).
+  costs little more than the second, so the warm-up's full batches would mostly lengthen the cold start;
+  ``TESSERA_LAMBDA_WARM_UP=true`` turns it back on (a model whose first runs do cost more).
 - SnapStart (zip package, ``scripts/build_lambda_zip.py``; ``AWS_LAMBDA_INITIALIZATION_TYPE=snap-start``):
   the models load during init as always, and a before-snapshot hook (``snapshot_restore_py``, which the
   runtime client runs before it asks for ``/restore/next``) runs the full warm-up, so its cost lands in

@@ -85,9 +85,10 @@ def code_paths(text: str) -> list[str]:
     return found
 
 
-def test_code_paths_are_found(tmp_path):
+def test_code_paths_are_found():
     text = ("`core/api/middleware.py`, core/tasks/, core/api/routes/{embeddings,tei}.py, scripts/bench*.py, "
-            "(see core/torch_thread.py). scripts/NAME.py and my_core/x.py, docs/core/x.md, docs/bench/compare-<task>.json")
+            "(see core/torch_thread.py). scripts/NAME.py and my_core/x.py, docs/core/x.md, "
+            "docs/bench/compare-<task>.json")
     assert code_paths(text) == ["core/api/middleware.py", "core/tasks/", "core/api/routes/embeddings.py",
                                 "core/api/routes/tei.py", "core/torch_thread.py"]
 
