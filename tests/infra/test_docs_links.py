@@ -1,7 +1,7 @@
-"""What README.md and the docs pages (docs/*.md, docs/bench/*.md) point at exists: every relative link's file
-and, for a ``#anchor``, a heading of that page with that anchor (GitHub's rule); and every path of the
-project's code a page names (``core/...``, ``adapters/...``, ``scripts/...``, ``benchmarks/...``) is a file or
-folder of the tree."""
+"""What README.md and the docs pages (docs/*.md, docs/*/*.md) point at exists: every relative link's file
+and, for a ``#anchor``, a heading of that page with that anchor (GitHub's rule); every path of the project's
+code a page names (``core/...``, ``adapters/...``, ``scripts/...``, ``benchmarks/...``) is a file or folder
+of the tree; and so is every folder docs/architecture.md's Folders block draws."""
 
 from __future__ import annotations
 
@@ -97,3 +97,33 @@ def test_every_code_path_a_page_names_exists():
     missing = [f"{page.relative_to(ROOT)}: {path}" for page in PAGES for path in code_paths(page.read_text())
                if not (ROOT / path).exists()]
     assert not missing, "pages name paths that are not in the tree:\n" + "\n".join(missing)
+
+
+def folders_block(text: str) -> list[str]:
+    """The folders the text block under architecture.md's "## Folders" draws, as paths (a line's indent of
+    two spaces per level puts it under the folder above)."""
+    section = text.split("\n## Folders\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```text\n", 1)[1].split("```", 1)[0]
+    stack: list[str] = []
+    found = []
+    for line in block.splitlines():
+        match = re.match(r"^( *)(\S+)", line)
+        if not match or not match.group(2).endswith("/"):
+            continue  # a description's continuation, or a pattern such as *.py
+        depth = len(match.group(1)) // 2
+        stack[depth:] = [match.group(2)]
+        found.append("".join(stack))
+    return found
+
+
+def test_the_folders_block_is_read():
+    text = ("x\n## Folders\n\n```text\ncore/    a\n  api/   b\n    routes/  c\n         more\n  *.py  d\n"
+            "benchmarks/  e\n```\n")
+    assert folders_block(text) == ["core/", "core/api/", "core/api/routes/", "benchmarks/"]
+
+
+def test_the_architecture_page_draws_folders_of_the_tree():
+    folders = folders_block((ROOT / "docs" / "architecture.md").read_text())
+    assert "core/backends/" in folders
+    missing = [f for f in folders if not (ROOT / f).is_dir()]
+    assert not missing, f"docs/architecture.md's Folders block draws folders that are not in the tree: {missing}"
