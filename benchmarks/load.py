@@ -17,14 +17,19 @@ async def http_cell(url: str, model: str | None, texts: list[str], kind: str, ba
                     duration: float, dim: int | None, headers: dict, pid: int | None,
                     route: str = "/v1/embeddings", token_counts: dict[str, int] | None = None,
                     encoding: str = "base64", body_for: Callable[[list], dict] | None = None,
-                    check: Callable[[int, bytes, int], bool] | None = None) -> Cell:
+                    check: Callable[[int, bytes, int], bool] | None = None,
+                    cpu: Callable[[int | None], float | None] = process_cpu) -> Cell:
     """One cell: ``batch`` texts per request to ``url + route`` for ``duration`` seconds (after one warm-up
     request per connection); the server's CPU is read from ``pid`` where given. aiohttp keeps the load
     generator cheap (it shares the CPU with the server on a small machine).
 
     Another task's request: ``body_for(chunk)`` is the JSON body for ``batch`` items of ``texts`` (any
     items: documents, image data URIs) and ``check(status, body, count)`` verifies its answer; by default
-    an embeddings request, verified by ``verify``."""
+    an embeddings request, verified by ``verify``.
+
+    ``cpu(pid)`` reads the server's CPU seconds at the window's start and end (default: the process alone;
+    ``host_cpu.tree_cpu``: its whole process tree); the load generator's own CPU in the window (this
+    process) goes to ``cell.client_cpu_seconds``."""
     import aiohttp
 
     cell = Cell(kind, batch, concurrency)
@@ -40,7 +45,8 @@ async def http_cell(url: str, model: str | None, texts: list[str], kind: str, ba
         # requests would leave early connections idle past the server's keep-alive timeout)
         await asyncio.gather(*(post(texts[:1]) for _ in range(concurrency)))
         stop_at = time.perf_counter() + duration
-        cpu0 = process_cpu(pid)
+        cpu0 = cpu(pid)
+        client0 = time.process_time()
         start = time.perf_counter()
 
         async def worker(w: int):
@@ -60,7 +66,8 @@ async def http_cell(url: str, model: str | None, texts: list[str], kind: str, ba
 
         await asyncio.gather(*(worker(w) for w in range(concurrency)))
         cell.seconds = time.perf_counter() - start
-        cpu1 = process_cpu(pid)
+        cpu1 = cpu(pid)
+        cell.client_cpu_seconds = time.process_time() - client0
         if cpu0 is not None and cpu1 is not None:
             cell.cpu_seconds = cpu1 - cpu0
     return cell

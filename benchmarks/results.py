@@ -20,6 +20,8 @@ class Cell:
     seconds: float = 0.0
     latencies: list[float] = field(default_factory=list)
     cpu_seconds: float | None = None
+    #: the load generator's own CPU in the window (never the server's)
+    client_cpu_seconds: float | None = None
 
     def row(self) -> dict:
         lat = sorted(self.latencies)
@@ -40,8 +42,8 @@ class Cell:
 
     @classmethod
     def combine(cls, parts: list["Cell"]) -> "Cell":
-        """Parts of one cell run side by side (a load split over processes): counts and latencies summed,
-        the window their mean, the server CPU as the first part read it."""
+        """Parts of one cell run side by side (a load split over processes): counts, latencies and the load
+        generator's CPU summed, the window their mean, the server CPU as the first part read it."""
         first = parts[0]
         total = cls(first.texts, first.batch, sum(p.concurrency for p in parts))
         for part in parts:
@@ -51,6 +53,8 @@ class Cell:
             total.latencies.extend(part.latencies)
         total.seconds = sum(p.seconds for p in parts) / len(parts)
         total.cpu_seconds = first.cpu_seconds
+        clients = [p.client_cpu_seconds for p in parts]
+        total.client_cpu_seconds = None if None in clients else sum(clients)
         return total
 
 

@@ -18,14 +18,16 @@ class ServerNotReady(SystemExit):
     script with its message (as ``SystemExit`` does); a caller that runs several servers catches it."""
 
 
-def start_server(models: list[dict], port: int, threads: int | None, extra_env: dict) -> subprocess.Popen:
-    """``uvicorn core.dev:app`` on 127.0.0.1:``port`` serving ``models`` (TESSERA_MODELS), from the checkout."""
+def start_server(models: list[dict], port: int, threads: int | None, extra_env: dict,
+                 output=None) -> subprocess.Popen:
+    """``uvicorn core.dev:app`` on 127.0.0.1:``port`` serving ``models`` (TESSERA_MODELS), from the checkout;
+    its stdout and stderr go to ``output`` (an open file) where given, else to this process's."""
     env = {**os.environ, "TESSERA_MODELS": json.dumps(models), "HF_HUB_OFFLINE": "1", **extra_env}
     if threads:
         env["TESSERA_THREADS"] = str(threads)
     cmd = [sys.executable, "-m", "uvicorn", "core.dev:app", "--host", "127.0.0.1", "--port", str(port),
            "--no-access-log", "--log-level", "warning", "--loop", "uvloop", "--http", "httptools"]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env)
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=output, stderr=output)
 
 
 def stop_server(proc: subprocess.Popen, timeout: float = 30) -> None:

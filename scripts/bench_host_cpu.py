@@ -1,0 +1,103 @@
+#!/usr/bin/env python
+"""Host CPU per embedding: what the server's whole process tree spends per embedding, its throughput and
+the cores it keeps busy, for a near-free model (1 layer, hidden 32, all-MiniLM-L6-v2's tokenizer: all that
+is left is the serving layer) and the default model (all-MiniLM-L6-v2, ONNX Runtime fp32); Tessera and
+Infinity on the same model folder, interleaved in one run (round 1: Tessera, Infinity; round 2: …), on
+127.0.0.1, short texts, closed-loop clients.
+
+    # the full run (Infinity in its own environment, see below); a few minutes
+    python scripts/bench_host_cpu.py --rounds 3 --duration 5 --json /tmp/host-cpu.json
+
+    # seconds: one round, short cells
+    python scripts/bench_host_cpu.py --quick --servers tessera --models near-free
+
+Figures per cell: µs of server CPU per embedding and per request (user + system time of the server process
+and all its descendants, children that exited included, read from /proc at the start and end of the
+measured window ÷ what was answered in it), embeddings/s, cores busy (CPU seconds ÷ wall seconds). The
+load generator (aiohttp) runs in processes of its own, outside the server's tree: its CPU is not counted,
+it is shown beside. Then the medians over the rounds, Tessera ÷ Infinity per round, and the floors:
+tokenizer µs per text and base64 + JSON µs per embedding on the same texts, measured in-process with the
+servers stopped. The machine's load average is printed with every cell: on a shared machine read the
+CPU per embedding (it moves less with load) before the throughput.
+
+Infinity (infinity-emb 0.0.78, optimum engine) runs from its own environment, as
+scripts/compare_infinity.sh sets it up:
+
+    python3.11 -m venv .venv/infinity
+    .venv/infinity/bin/python -m pip install torch==2.13.0 "infinity-emb[server,optimum]==0.0.78"
+
+The parts live in benchmarks/host_cpu.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from benchmarks import ROOT
+from benchmarks.host_cpu import MODELS, markdown, run
+
+INFINITY_SETUP = ("python3.11 -m venv .venv/infinity && .venv/infinity/bin/python -m pip install "
+                  "torch==2.13.0 'infinity-emb[server,optimum]==0.0.78'   (or: scripts/compare_infinity.sh)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    p.add_argument("--servers", default="tessera,infinity", help="comma-separated, of tessera, infinity")
+    p.add_argument("--batch", default="32,1", help="texts per request, comma-separated")
+    p.add_argument("--concurrency", type=int, default=64, help="closed-loop clients")
+    p.add_argument("--duration", type=float, default=5.0, help="seconds per cell")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--client-processes", type=int, default=1,
+                   help="processes the load generator's clients are split over (never the server's)")
+    p.add_argument("--floor-seconds", type=float, default=1.0, help="seconds per floor figure")
+    p.add_argument("--quick", action="store_true", help="one round of 1.5 s cells, 0.3 s floors (seconds in all)")
+    p.add_argument("--infinity", default=str(ROOT / ".venv" / "infinity" / "bin" / "infinity_emb"),
+                   help="the infinity_emb executable (default: .venv/infinity/bin/infinity_emb)")
+    p.add_argument("--tessera-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="a setting for Tessera's server, e.g. TESSERA_ACCESS_LOG=false (repeatable; default: "
+                        "its defaults, the access log on, its lines to a file)")
+    p.add_argument("--json", type=Path, help="also write every cell, the medians and the floors here")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rounds, args.duration, args.floor_seconds = 1, 1.5, 0.3
+
+    models = args.models.split(",")
+    servers = args.servers.split(",")
+    if unknown := [m for m in models if m not in MODELS]:
+        p.error(f"unknown model(s) {', '.join(unknown)}: use {', '.join(MODELS)}")
+    if unknown := [s for s in servers if s not in ("tessera", "infinity")]:
+        p.error(f"unknown server(s) {', '.join(unknown)}: use tessera, infinity")
+    infinity = str(Path(args.infinity).resolve())
+    if "infinity" in servers and not Path(infinity).exists():
+        p.error(f"no Infinity at {args.infinity}; create its environment with\n    {INFINITY_SETUP}\n"
+                "or leave it out with --servers tessera")
+    batches = [int(b) for b in args.batch.split(",")]
+    tessera_env = dict(kv.split("=", 1) for kv in args.tessera_env)
+
+    load = os.getloadavg()
+    print(f"host CPU per embedding: {', '.join(models)} × {', '.join(servers)}, {args.concurrency} clients, "
+          f"short texts, {'/'.join(map(str, batches))} texts per request, {args.rounds} round(s) of "
+          f"{args.duration:g} s cells; {len(os.sched_getaffinity(0))} CPUs, load average {load[0]:.1f} "
+          f"{load[1]:.1f} {load[2]:.1f}" + (f"; Tessera with {tessera_env}" if tessera_env else ""), flush=True)
+    print("server CPU = user + system time of the server's whole process tree (children that exited included), "
+          "from /proc; the load generator runs in its own process and is NOT counted (shown beside)\n", flush=True)
+    result = run(models, servers, batches, args.concurrency, args.duration, args.rounds, infinity,
+                 args.client_processes, args.floor_seconds, tessera_env, log=lambda line: print(line, flush=True))
+    after = result["loadavg_after"]
+    print(f"\n### Medians over {args.rounds} round(s) (load average before {load[0]:.1f}, after {after[0]:.1f})\n")
+    print(markdown(result))
+    for name, s in result["servers"].items():
+        print(f"- {name}: start → ready {s['start_s']:.1f} s, peak RSS {s.get('peak_rss_mb') or 0:.0f} MB")
+    print(f"- Tessera's log: {result['log_dir']}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    return 1 if any(c["errors"] for c in result["cells"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

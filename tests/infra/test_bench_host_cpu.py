@@ -1,0 +1,97 @@
+"""scripts/bench_host_cpu.py (benchmarks/host_cpu.py): the server's whole process tree's CPU, children that
+exited included, and a quick real run against Tessera whose figures are all there and add up. Not timed:
+nothing here asserts a speed."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+from benchmarks.host_cpu import NEAR_FREE, dimension, near_free_model, tree_cpu, tree_pids
+from benchmarks.server import process_cpu
+from tests.infra.conftest import ROOT
+
+BURN = 0.4  # CPU seconds each child spends
+
+# a parent that, on "go", runs one child to its end (and reaps it), starts a second that stays alive after
+# its work, and says "done" once both have burnt their CPU; it spends almost none itself
+PARENT = textwrap.dedent(f"""
+    import subprocess, sys
+    burn = "import time\\nwhile time.process_time() < {BURN}: pass\\n"
+    sys.stdin.readline()
+    subprocess.run([sys.executable, "-c", burn], check=True)
+    alive = subprocess.Popen([sys.executable, "-c", burn + "print('burnt', flush=True)\\nimport sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    alive.stdout.readline()
+    print(alive.pid, flush=True)
+    sys.stdin.readline()
+    alive.stdin.close()
+    alive.wait()
+""")
+
+
+def test_tree_cpu_counts_live_children_and_those_that_exited():
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        before, own_before = tree_cpu(parent.pid), process_cpu(parent.pid)
+        parent.stdin.write("go\n")
+        parent.stdin.flush()
+        alive_pid = int(parent.stdout.readline())  # the first child has exited, the second has burnt its CPU
+        assert alive_pid in tree_pids(parent.pid)
+        spent, own = tree_cpu(parent.pid) - before, process_cpu(parent.pid) - own_before
+        assert spent >= 2 * BURN - 0.05, spent  # both children: the reaped one through the parent's cutime
+        assert own < BURN, own  # the parent alone did not spend it
+        parent.stdin.write("stop\n")
+        parent.stdin.close()
+        assert parent.wait(timeout=60) == 0
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    assert tree_cpu(parent.pid) is None  # gone
+
+
+def test_near_free_model_has_the_shape_and_minilms_tokenizer():
+    folder = near_free_model()
+    config = json.loads((folder / "config.json").read_text())
+    assert {k: config[k] for k in NEAR_FREE} == NEAR_FREE
+    assert dimension(folder) == 32
+    pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
+    assert pooling["word_embedding_dimension"] == 32 and pooling["pooling_mode_mean_tokens"]
+    assert (folder / "tokenizer.json").exists() and (folder / "model.safetensors").exists()
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+def test_quick_run_against_tessera_prints_figures_that_add_up(tmp_path):
+    out = tmp_path / "host-cpu.json"
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench_host_cpu.py", "--quick", "--servers", "tessera", "--models", "near-free",
+         "--concurrency", "8", "--json", str(out)],
+        cwd=ROOT, env=os.environ, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "load generator runs in its own process and is NOT counted" in proc.stdout
+    assert "µs CPU per embedding" in proc.stdout and "floor: tokenizer" in proc.stdout
+    result = json.loads(out.read_text())
+    cells = result["cells"]
+    assert sorted(c["batch"] for c in cells) == [1, 32]
+    for c in cells:
+        assert (c["model"], c["server"], c["conc"]) == ("near-free", "tessera", 8)
+        assert c["errors"] == 0 and c["requests"] > 0
+        assert c["embeddings"] == c["requests"] * c["batch"]
+        for key in ("server cpu s", "us/emb", "us/req", "emb/s", "cores", "loadgen cores", "seconds"):
+            assert _positive(c[key]), (key, c)
+        assert math.isclose(c["us/emb"], 1e6 * c["server cpu s"] / c["embeddings"], rel_tol=1e-9)
+        assert math.isclose(c["cores"], c["server cpu s"] / c["seconds"], rel_tol=1e-9)
+        assert math.isclose(c["emb/s"], c["embeddings"] / c["seconds"], rel_tol=1e-9)
+        assert c["cores"] <= result["cpus"] * 1.1  # a process tree cannot use more than the machine has
+    assert [(m["batch"], m["embeddings"]) for m in result["medians"]] == [(c["batch"], c["embeddings"]) for c in cells]
+    assert len(result["floors"]) == 2
+    for floor in result["floors"]:
+        assert _positive(floor["tokenizer us/text"]) and _positive(floor["response us/emb"])
