@@ -235,14 +235,15 @@ def measure(pool: ProcessPoolExecutor, processes: int, url: str, pid: int, texts
 # ---- the whole run ---------------------------------------------------------------------------------------
 
 def start(server: str, folder: Path, port: int, infinity_bin: str | None, tessera_env: dict | None = None,
-          output=None):
-    """Tessera (ONNX Runtime fp32, otherwise its defaults and ``tessera_env``; its log lines to ``output``) or
+          output=None, tessera_options: dict | None = None):
+    """Tessera (ONNX Runtime fp32, otherwise its defaults, ``tessera_env`` and the model-spec options
+    ``tessera_options``; its log lines to ``output``) or
     Infinity (its optimum engine, fp32, warnings only) serving ``folder`` as "bench" on
     127.0.0.1:``port``; returns the process and its health path."""
     if server == "tessera":
         from benchmarks.server import start_server
 
-        spec = {"path": str(folder), "name": "bench", "backend": "onnx", "dtype": "float32"}
+        spec = {"path": str(folder), "name": "bench", "backend": "onnx", "dtype": "float32", **(tessera_options or {})}
         return start_server([spec], port, None, dict(tessera_env or {}), output=output), "/ready"
     from benchmarks.infinity import start_infinity
 
@@ -251,7 +252,8 @@ def start(server: str, folder: Path, port: int, infinity_bin: str | None, tesser
 
 def run(models: list[str], servers: list[str], batches: list[int], concurrency: int, duration: float,
         rounds: int, infinity_bin: str | None = None, clients: int = 1, floor_seconds: float = 1.0,
-        tessera_env: dict | None = None, log_dir: Path | None = None, log=print) -> dict:
+        tessera_env: dict | None = None, tessera_options: dict | None = None, log_dir: Path | None = None,
+        log=print) -> dict:
     """Per model: every server started on loopback, then ``rounds`` rounds, each a cell per batch size per
     server in turn (A B A B …), short texts; then the floors. Tessera's log lines go to
     ``log_dir/<model>-tessera.log`` (a new temporary folder by default). Returns every cell and the
@@ -266,7 +268,7 @@ def run(models: list[str], servers: list[str], batches: list[int], concurrency: 
     result: dict = {"cpus": len(os.sched_getaffinity(0)), "loadavg_before": os.getloadavg(),
                     "config": {"models": models, "servers": servers, "batches": batches, "concurrency": concurrency,
                                "duration": duration, "rounds": rounds, "texts": "short", "client_processes": clients,
-                               "tessera_env": dict(tessera_env or {})},
+                               "tessera_env": dict(tessera_env or {}), "tessera_options": dict(tessera_options or {})},
                     "cells": [], "servers": {}, "floors": []}
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="bench-host-cpu-"))
     result["log_dir"] = str(log_dir)
@@ -280,7 +282,7 @@ def run(models: list[str], servers: list[str], batches: list[int], concurrency: 
                 for server in servers:
                     port = free_port()
                     output = open(log_dir / f"{model}-tessera.log", "w") if server == "tessera" else None
-                    proc, health = start(server, folder, port, infinity_bin, tessera_env, output)
+                    proc, health = start(server, folder, port, infinity_bin, tessera_env, output, tessera_options)
                     url = f"http://127.0.0.1:{port}"
                     running[server] = {"proc": proc, "url": url, "output": output}
                     ready = wait_ready(url, proc, 300, path=health)
@@ -291,9 +293,14 @@ def run(models: list[str], servers: list[str], batches: list[int], concurrency: 
                         for server in servers:
                             s = running[server]
                             load0 = os.getloadavg()[0]
+                            others = {o: tree_cpu(running[o]["proc"].pid) for o in running if o != server}
                             cell = measure(pool, clients, s["url"], s["proc"].pid, texts, "short", batch,
                                            concurrency, duration, dim)
-                            cell = {"model": model, "server": server, "round": r, **cell, "load1": load0}
+                            idle = sum((tree_cpu(running[o]["proc"].pid) or 0) - (cpu or 0)
+                                       for o, cpu in others.items())
+                            cell = {"model": model, "server": server, "round": r, **cell, "load1": load0,
+                                    "server procs": len(tree_pids(s["proc"].pid)),
+                                    "idle servers cores": idle / cell["seconds"] if cell["seconds"] else None}
                             result["cells"].append(cell)
                             log(cell_line(cell))
                 for server, s in running.items():
@@ -316,7 +323,7 @@ def run(models: list[str], servers: list[str], batches: list[int], concurrency: 
     return result
 
 
-FIGURES = ("us/emb", "us/req", "emb/s", "cores", "loadgen cores", "p50 ms", "load1")
+FIGURES = ("us/emb", "us/req", "emb/s", "cores", "loadgen cores", "idle servers cores", "p50 ms", "load1")
 
 
 def medians(cells: list[dict]) -> list[dict]:
@@ -343,15 +350,17 @@ def cell_line(c: dict) -> str:
 
     return (f"round {c['round']} {c['model']:>9} {c['server']:>8} {c['batch']:>2} texts/req: "
             f"{f(c['us/emb'], '.0f')} µs/emb, {f(c['us/req'], '.0f')} µs/req, {f(c['emb/s'], '.0f')} emb/s, "
-            f"{f(c['cores'], '.2f')} cores busy (load generator {f(c['loadgen cores'], '.2f')}), "
+            f"{f(c['cores'], '.2f')} cores busy in {c['server procs']} process(es) (load generator "
+            f"{f(c['loadgen cores'], '.2f')}, idle servers {f(c['idle servers cores'], '.2f')}), "
             f"{c['requests']} req, {c['embeddings']} emb, {c['errors']} errors, load {c['load1']:.1f}")
 
 
 def markdown(result: dict) -> str:
     """The medians, the ratios Tessera / Infinity, and the floors as Markdown tables."""
     lines = ["| model | texts/req | server | µs CPU per embedding | µs CPU per request | emb/s | cores busy "
-             "| load generator cores (not counted) | p50 ms | requests | embeddings | errors |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| load generator cores (not counted) | idle servers cores | p50 ms | requests | embeddings | errors "
+             "| load 1 min |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def f(v, fmt):
         return "" if v is None else format(v, fmt)
@@ -359,8 +368,9 @@ def markdown(result: dict) -> str:
     for r in result["medians"]:
         lines.append(f"| {r['model']} | {r['batch']} | {r['server']} | {f(r['us/emb'], '.0f')} | "
                      f"{f(r['us/req'], '.0f')} | {f(r['emb/s'], '.0f')} | {f(r['cores'], '.2f')} | "
-                     f"{f(r['loadgen cores'], '.2f')} | {f(r['p50 ms'], '.1f')} | {r['requests']} | "
-                     f"{r['embeddings']} | {r['errors']} |")
+                     f"{f(r['loadgen cores'], '.2f')} | {f(r['idle servers cores'], '.2f')} | "
+                     f"{f(r['p50 ms'], '.1f')} | {r['requests']} | {r['embeddings']} | {r['errors']} | "
+                     f"{f(r['load1'], '.1f')} |")
     by = {(r["model"], r["batch"], r["server"]): r for r in result["medians"]}
     ratios = []
     for (model, batch, server), r in by.items():
