@@ -31,6 +31,8 @@ NEAR_FREE_NAME = "nearfree-bert-l1-h32"
 #: the files that make a sentence-transformers folder (mean pooling) besides the weights and the tokenizer
 ST_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 MODELS = ("near-free", "minilm")
+#: tessera: this checkout; baseline: another checkout of Tessera (the commit before a change); infinity
+SERVERS = ("tessera", "infinity", "baseline")
 
 
 # ---- a process tree's CPU (Linux /proc) ----------------------------------------------------------------
@@ -235,16 +237,23 @@ def measure(pool: ProcessPoolExecutor, processes: int, url: str, pid: int, texts
 # ---- the whole run ---------------------------------------------------------------------------------------
 
 def start(server: str, folder: Path, port: int, infinity_bin: str | None, tessera_env: dict | None = None,
-          output=None, tessera_options: dict | None = None):
-    """Tessera (ONNX Runtime fp32, otherwise its defaults, ``tessera_env`` and the model-spec options
-    ``tessera_options``; its log lines to ``output``) or
-    Infinity (its optimum engine, fp32, warnings only) serving ``folder`` as "bench" on
-    127.0.0.1:``port``; returns the process and its health path."""
-    if server == "tessera":
+          output=None, tessera_options: dict | None = None, baseline: Path | None = None):
+    """``server`` serving ``folder`` as "bench" on 127.0.0.1:``port``; returns the process and its health
+    path. ``tessera``: this checkout on ONNX Runtime fp32, otherwise its defaults, ``tessera_env`` and the
+    model-spec options ``tessera_options``, its log lines to ``output``; ``baseline``: the same from the
+    checkout ``baseline`` (the commit before a change); ``infinity``: its optimum engine, fp32, warnings
+    only."""
+    if server in ("tessera", "baseline"):
+        from benchmarks import ROOT
         from benchmarks.server import start_server
 
+        if server == "baseline" and baseline is None:
+            raise SystemExit("the baseline server needs the folder of a checkout to serve from")
         spec = {"path": str(folder), "name": "bench", "backend": "onnx", "dtype": "float32", **(tessera_options or {})}
-        return start_server([spec], port, None, dict(tessera_env or {}), output=output), "/ready"
+        root = baseline if server == "baseline" else ROOT
+        return start_server([spec], port, None, dict(tessera_env or {}), output=output, root=root), "/ready"
+    if server != "infinity":
+        raise SystemExit(f"unknown server {server!r} (one of {', '.join(SERVERS)})")
     from benchmarks.infinity import start_infinity
 
     return start_infinity(infinity_bin, folder, port, "fp32"), "/health"
@@ -253,10 +262,11 @@ def start(server: str, folder: Path, port: int, infinity_bin: str | None, tesser
 def run(models: list[str], servers: list[str], batches: list[int], concurrency: int, duration: float,
         rounds: int, infinity_bin: str | None = None, clients: int = 1, floor_seconds: float = 1.0,
         tessera_env: dict | None = None, tessera_options: dict | None = None, log_dir: Path | None = None,
-        log=print) -> dict:
+        baseline: Path | None = None, log=print) -> dict:
     """Per model: every server started on loopback, then ``rounds`` rounds, each a cell per batch size per
     server in turn (A B A B …), short texts; then the floors. Tessera's log lines go to
-    ``log_dir/<model>-tessera.log`` (a new temporary folder by default). Returns every cell and the
+    ``log_dir/<model>-<server>.log`` (a new temporary folder by default); ``baseline``: the checkout the
+    ``baseline`` server runs. Returns every cell and the
     medians."""
     import tempfile
 
@@ -268,7 +278,8 @@ def run(models: list[str], servers: list[str], batches: list[int], concurrency: 
     result: dict = {"cpus": len(os.sched_getaffinity(0)), "loadavg_before": os.getloadavg(),
                     "config": {"models": models, "servers": servers, "batches": batches, "concurrency": concurrency,
                                "duration": duration, "rounds": rounds, "texts": "short", "client_processes": clients,
-                               "tessera_env": dict(tessera_env or {}), "tessera_options": dict(tessera_options or {})},
+                               "tessera_env": dict(tessera_env or {}), "tessera_options": dict(tessera_options or {}),
+                               "baseline": str(baseline) if baseline else None},
                     "cells": [], "servers": {}, "floors": []}
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="bench-host-cpu-"))
     result["log_dir"] = str(log_dir)
@@ -281,8 +292,9 @@ def run(models: list[str], servers: list[str], batches: list[int], concurrency: 
             try:
                 for server in servers:
                     port = free_port()
-                    output = open(log_dir / f"{model}-tessera.log", "w") if server == "tessera" else None
-                    proc, health = start(server, folder, port, infinity_bin, tessera_env, output, tessera_options)
+                    output = open(log_dir / f"{model}-{server}.log", "w") if server != "infinity" else None
+                    proc, health = start(server, folder, port, infinity_bin, tessera_env, output, tessera_options,
+                                         baseline)
                     url = f"http://127.0.0.1:{port}"
                     running[server] = {"proc": proc, "url": url, "output": output}
                     ready = wait_ready(url, proc, 300, path=health)
@@ -373,19 +385,19 @@ def markdown(result: dict) -> str:
                      f"{f(r['load1'], '.1f')} |")
     by = {(r["model"], r["batch"], r["server"]): r for r in result["medians"]}
     ratios = []
-    for (model, batch, server), r in by.items():
-        other = by.get((model, batch, "infinity"))
-        if server != "tessera" or other is None:
-            continue
-        per = [(t["us/emb"] / i["us/emb"], t["emb/s"] / i["emb/s"])
-               for t, i in zip(_rounds(result, model, batch, "tessera"), _rounds(result, model, batch, "infinity"))
-               if t["us/emb"] and i["us/emb"] and i["emb/s"]]
-        if per:
-            ratios.append(f"| {model} | {batch} | {statistics.median(p[0] for p in per):.2f} | "
-                          f"{statistics.median(p[1] for p in per):.2f} | {len(per)} |")
+    for other, label in (("infinity", "Infinity"), ("baseline", "the baseline")):
+        for (model, batch, server) in by:
+            if server != "tessera" or (model, batch, other) not in by:
+                continue
+            per = [(t["us/emb"] / o["us/emb"], t["emb/s"] / o["emb/s"])
+                   for t, o in zip(_rounds(result, model, batch, "tessera"), _rounds(result, model, batch, other))
+                   if t["us/emb"] and o["us/emb"] and o["emb/s"]]
+            if per:
+                ratios.append(f"| Tessera ÷ {label} | {model} | {batch} | {statistics.median(p[0] for p in per):.2f} "
+                              f"| {statistics.median(p[1] for p in per):.2f} | {len(per)} |")
     if ratios:
-        lines += ["", "| model | texts/req | Tessera ÷ Infinity, CPU per embedding (median of rounds) "
-                      "| Tessera ÷ Infinity, emb/s | rounds |", "|---|---|---|---|---|", *ratios]
+        lines += ["", "| ratio (median of the rounds' ratios) | model | texts/req | CPU per embedding | emb/s "
+                      "| rounds |", "|---|---|---|---|---|---|", *ratios]
     if result["floors"]:
         lines += ["", "| model | texts per call | floor: tokenizer µs CPU per text | floor: base64 + JSON answer "
                       "µs CPU per embedding |", "|---|---|---|---|"]

@@ -19,15 +19,18 @@ class ServerNotReady(SystemExit):
 
 
 def start_server(models: list[dict], port: int, threads: int | None, extra_env: dict,
-                 output=None) -> subprocess.Popen:
-    """``uvicorn core.dev:app`` on 127.0.0.1:``port`` serving ``models`` (TESSERA_MODELS), from the checkout;
+                 output=None, root: Path = ROOT) -> subprocess.Popen:
+    """``uvicorn core.dev:app`` on 127.0.0.1:``port`` serving ``models`` (TESSERA_MODELS), from the checkout
+    ``root`` (default: this one; another: its code, e.g. the commit before a change, with this Python);
     its stdout and stderr go to ``output`` (an open file) where given, else to this process's."""
     env = {**os.environ, "TESSERA_MODELS": json.dumps(models), "HF_HUB_OFFLINE": "1", **extra_env}
+    if Path(root) != ROOT:
+        env["PYTHONPATH"] = str(root)
     if threads:
         env["TESSERA_THREADS"] = str(threads)
     cmd = [sys.executable, "-m", "uvicorn", "core.dev:app", "--host", "127.0.0.1", "--port", str(port),
            "--no-access-log", "--log-level", "warning", "--loop", "uvloop", "--http", "httptools"]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=output, stderr=output)
+    return subprocess.Popen(cmd, cwd=root, env=env, stdout=output, stderr=output)
 
 
 def stop_server(proc: subprocess.Popen, timeout: float = 30) -> None:

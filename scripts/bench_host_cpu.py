@@ -8,6 +8,10 @@ Infinity on the same model folder, interleaved in one run (round 1: Tessera, Inf
     # the full run (Infinity in its own environment, see below); a few minutes
     python scripts/bench_host_cpu.py --rounds 3 --duration 5 --json /tmp/host-cpu.json
 
+    # this checkout against the commit before it, interleaved (Infinity left out)
+    git worktree add /tmp/before HEAD~1
+    python scripts/bench_host_cpu.py --servers tessera --baseline /tmp/before --models near-free
+
     # seconds: one round, short cells
     python scripts/bench_host_cpu.py --quick --servers tessera --models near-free
 
@@ -38,7 +42,7 @@ import sys
 from pathlib import Path
 
 from benchmarks import ROOT
-from benchmarks.host_cpu import MODELS, markdown, run
+from benchmarks.host_cpu import MODELS, SERVERS, markdown, run
 
 INFINITY_SETUP = ("python3.11 -m venv .venv/infinity && .venv/infinity/bin/python -m pip install "
                   "torch==2.13.0 'infinity-emb[server,optimum]==0.0.78'   (or: scripts/compare_infinity.sh)")
@@ -47,7 +51,11 @@ INFINITY_SETUP = ("python3.11 -m venv .venv/infinity && .venv/infinity/bin/pytho
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
-    p.add_argument("--servers", default="tessera,infinity", help="comma-separated, of tessera, infinity")
+    p.add_argument("--servers", default="tessera,infinity",
+                   help="comma-separated, of tessera (this checkout), infinity, baseline (--baseline's checkout)")
+    p.add_argument("--baseline", type=Path,
+                   help="another checkout of Tessera (e.g. `git worktree add /tmp/before HEAD~1`): served as "
+                        "'baseline' with this environment, interleaved with the others (adds it to --servers)")
     p.add_argument("--batch", default="32,1", help="texts per request, comma-separated")
     p.add_argument("--concurrency", type=int, default=64, help="closed-loop clients")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per cell")
@@ -72,8 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     servers = args.servers.split(",")
     if unknown := [m for m in models if m not in MODELS]:
         p.error(f"unknown model(s) {', '.join(unknown)}: use {', '.join(MODELS)}")
-    if unknown := [s for s in servers if s not in ("tessera", "infinity")]:
-        p.error(f"unknown server(s) {', '.join(unknown)}: use tessera, infinity")
+    if args.baseline is not None:
+        if not (args.baseline / "core" / "dev.py").is_file():
+            p.error(f"--baseline {args.baseline}: not a checkout of Tessera (no core/dev.py)")
+        args.baseline = args.baseline.resolve()
+        servers += [] if "baseline" in servers else ["baseline"]
+    if unknown := [s for s in servers if s not in SERVERS]:
+        p.error(f"unknown server(s) {', '.join(unknown)}: use {', '.join(SERVERS)}")
+    if "baseline" in servers and args.baseline is None:
+        p.error("the baseline server needs --baseline DIR")
     infinity = str(Path(args.infinity).resolve())
     if "infinity" in servers and not Path(infinity).exists():
         p.error(f"no Infinity at {args.infinity}; create its environment with\n    {INFINITY_SETUP}\n"
@@ -93,13 +108,13 @@ def main(argv: list[str] | None = None) -> int:
           "the idle server(s) spend meanwhile (shown beside)\n", flush=True)
     result = run(models, servers, batches, args.concurrency, args.duration, args.rounds, infinity,
                  args.client_processes, args.floor_seconds, tessera_env, tessera_options,
-                 log=lambda line: print(line, flush=True))
+                 baseline=args.baseline, log=lambda line: print(line, flush=True))
     after = result["loadavg_after"]
     print(f"\n### Medians over {args.rounds} round(s) (load average before {load[0]:.1f}, after {after[0]:.1f})\n")
     print(markdown(result))
     for name, s in result["servers"].items():
         print(f"- {name}: start → ready {s['start_s']:.1f} s, peak RSS {s.get('peak_rss_mb') or 0:.0f} MB")
-    print(f"- Tessera's log: {result['log_dir']}")
+    print(f"- the Tessera servers' logs: {result['log_dir']}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return 1 if any(c["errors"] for c in result["cells"]) else 0

@@ -95,3 +95,29 @@ def test_quick_run_against_tessera_prints_figures_that_add_up(tmp_path):
     assert len(result["floors"]) == 2
     for floor in result["floors"]:
         assert _positive(floor["tokenizer us/text"]) and _positive(floor["response us/emb"])
+
+
+def test_a_baseline_server_runs_the_code_of_its_own_checkout(tmp_path):
+    """``start_server(root=...)`` (the script's ``--baseline``): the server imports ``core`` from that
+    checkout, not from this one, though this one is on PYTHONPATH."""
+    import httpx
+
+    from benchmarks.loopback import free_port
+    from benchmarks.server import start_server, stop_server, wait_ready
+
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "__init__.py").write_text("")
+    (tmp_path / "core" / "dev.py").write_text(textwrap.dedent("""
+        async def app(scope, receive, send):
+            if scope["type"] != "http":
+                return
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": __file__.encode()})
+    """))
+    port = free_port()
+    proc = start_server([], port, None, {}, output=subprocess.DEVNULL, root=tmp_path)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", proc, timeout=120)
+        assert httpx.get(f"http://127.0.0.1:{port}/ready").text == str(tmp_path / "core" / "dev.py")
+    finally:
+        stop_server(proc)
