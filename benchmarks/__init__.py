@@ -22,7 +22,8 @@ Modules (each small, each one job):
   probe, ``docs/benchmarks.md`` section update, per-backend run and its Markdown report
 - ``infinity``, ``charts``: the Infinity comparison's reference server and its charts
 - ``host_cpu``: the CPU a server's whole process tree spends per embedding, on a near-free model and the
-  default one, Tessera and Infinity interleaved (``scripts/bench_host_cpu.py``)
+  default one, Tessera and Infinity interleaved (``scripts/bench_host_cpu.py``); ``bare_asgi``: the floor
+  beside them, a bare ASGI app answering the same requests without a model
 - ``pyspy``: the summary of a py-spy profile of a server
 
 Nothing here runs at import time; heavy libraries (aiohttp, numpy, onnxruntime, torch) load inside the

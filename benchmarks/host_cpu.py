@@ -31,8 +31,9 @@ NEAR_FREE_NAME = "nearfree-bert-l1-h32"
 #: the files that make a sentence-transformers folder (mean pooling) besides the weights and the tokenizer
 ST_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 MODELS = ("near-free", "minilm")
-#: tessera: this checkout; baseline: another checkout of Tessera (the commit before a change); infinity
-SERVERS = ("tessera", "infinity", "baseline")
+#: tessera: this checkout; infinity; bare: the bare ASGI app (``benchmarks.bare_asgi``, the stack's floor);
+#: baseline: another checkout of Tessera (the commit before a change)
+SERVERS = ("tessera", "infinity", "bare", "baseline")
 
 
 # ---- a process tree's CPU (Linux /proc) ----------------------------------------------------------------
@@ -242,7 +243,7 @@ def start(server: str, folder: Path, port: int, infinity_bin: str | None, tesser
     path. ``tessera``: this checkout on ONNX Runtime fp32, otherwise its defaults, ``tessera_env`` and the
     model-spec options ``tessera_options``, its log lines to ``output``; ``baseline``: the same from the
     checkout ``baseline`` (the commit before a change); ``infinity``: its optimum engine, fp32, warnings
-    only."""
+    only; ``bare``: the bare ASGI app answering with vectors of the model's dimension."""
     if server in ("tessera", "baseline"):
         from benchmarks import ROOT
         from benchmarks.server import start_server
@@ -252,6 +253,10 @@ def start(server: str, folder: Path, port: int, infinity_bin: str | None, tesser
         spec = {"path": str(folder), "name": "bench", "backend": "onnx", "dtype": "float32", **(tessera_options or {})}
         root = baseline if server == "baseline" else ROOT
         return start_server([spec], port, None, dict(tessera_env or {}), output=output, root=root), "/ready"
+    if server == "bare":
+        from benchmarks.bare_asgi import start_bare
+
+        return start_bare(dimension(folder), port), "/health"
     if server != "infinity":
         raise SystemExit(f"unknown server {server!r} (one of {', '.join(SERVERS)})")
     from benchmarks.infinity import start_infinity
@@ -292,7 +297,7 @@ def run(models: list[str], servers: list[str], batches: list[int], concurrency: 
             try:
                 for server in servers:
                     port = free_port()
-                    output = open(log_dir / f"{model}-{server}.log", "w") if server != "infinity" else None
+                    output = open(log_dir / f"{model}-{server}.log", "w") if server in ("tessera", "baseline") else None
                     proc, health = start(server, folder, port, infinity_bin, tessera_env, output, tessera_options,
                                          baseline)
                     url = f"http://127.0.0.1:{port}"
@@ -385,7 +390,7 @@ def markdown(result: dict) -> str:
                      f"{f(r['load1'], '.1f')} |")
     by = {(r["model"], r["batch"], r["server"]): r for r in result["medians"]}
     ratios = []
-    for other, label in (("infinity", "Infinity"), ("baseline", "the baseline")):
+    for other, label in (("infinity", "Infinity"), ("baseline", "the baseline"), ("bare", "the bare ASGI app")):
         for (model, batch, server) in by:
             if server != "tessera" or (model, batch, other) not in by:
                 continue

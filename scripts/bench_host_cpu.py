@@ -2,8 +2,9 @@
 """Host CPU per embedding: what the server's whole process tree spends per embedding, its throughput and
 the cores it keeps busy, for a near-free model (1 layer, hidden 32, all-MiniLM-L6-v2's tokenizer: all that
 is left is the serving layer) and the default model (all-MiniLM-L6-v2, ONNX Runtime fp32); Tessera and
-Infinity on the same model folder, interleaved in one run (round 1: Tessera, Infinity; round 2: …), on
-127.0.0.1, short texts, closed-loop clients.
+Infinity on the same model folder, and a bare ASGI app that answers the same requests without a model (the
+stack's floor), interleaved in one run (round 1: Tessera, Infinity, bare; round 2: …), on 127.0.0.1, short
+texts, closed-loop clients.
 
     # the full run (Infinity in its own environment, see below); a few minutes
     python scripts/bench_host_cpu.py --rounds 3 --duration 5 --json /tmp/host-cpu.json
@@ -19,9 +20,9 @@ Figures per cell: µs of server CPU per embedding and per request (user + system
 and all its descendants, children that exited included, read from /proc at the start and end of the
 measured window ÷ what was answered in it), embeddings/s, cores busy (CPU seconds ÷ wall seconds). The
 load generator (aiohttp) runs in processes of its own, outside the server's tree: its CPU is not counted,
-it is shown beside. Then the medians over the rounds, Tessera ÷ Infinity per round, and the floors:
-tokenizer µs per text and base64 + JSON µs per embedding on the same texts, measured in-process with the
-servers stopped. The machine's load average is printed with every cell: on a shared machine read the
+it is shown beside. Then the medians over the rounds, Tessera ÷ each other server per round, and the
+floors: tokenizer µs per text and base64 + JSON µs per embedding on the same texts, measured in-process
+with the servers stopped. The machine's load average is printed with every cell: on a shared machine read the
 CPU per embedding (it moves less with load) before the throughput.
 
 Infinity (infinity-emb 0.0.78, optimum engine) runs from its own environment, as
@@ -51,8 +52,9 @@ INFINITY_SETUP = ("python3.11 -m venv .venv/infinity && .venv/infinity/bin/pytho
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
-    p.add_argument("--servers", default="tessera,infinity",
-                   help="comma-separated, of tessera (this checkout), infinity, baseline (--baseline's checkout)")
+    p.add_argument("--servers", default="tessera,infinity,bare",
+                   help="comma-separated, of tessera (this checkout), infinity, bare (a bare ASGI app answering "
+                        "the same requests without a model: the floor), baseline (--baseline's checkout)")
     p.add_argument("--baseline", type=Path,
                    help="another checkout of Tessera (e.g. `git worktree add /tmp/before HEAD~1`): served as "
                         "'baseline' with this environment, interleaved with the others (adds it to --servers)")

@@ -121,3 +121,29 @@ def test_a_baseline_server_runs_the_code_of_its_own_checkout(tmp_path):
         assert httpx.get(f"http://127.0.0.1:{port}/ready").text == str(tmp_path / "core" / "dev.py")
     finally:
         stop_server(proc)
+
+
+def test_the_bare_asgi_floor_answers_what_the_load_generator_verifies():
+    """The bare app (``--servers ...,bare``) answers an embeddings request with vectors the load generator
+    accepts (count, order, dimension), and refuses a body that is not one."""
+    import httpx
+
+    from benchmarks.bare_asgi import start_bare
+    from benchmarks.load import verify
+    from benchmarks.loopback import free_port
+    from benchmarks.server import stop_server, wait_ready
+
+    port = free_port()
+    proc = start_bare(32, port)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url, proc, timeout=120, path="/health")
+        r = httpx.post(url + "/embeddings", json={"input": ["a", "b", "c"], "model": "bench",
+                                                  "encoding_format": "base64"})
+        assert verify(r.status_code, r.content, 3, 32)
+        assert not verify(r.status_code, r.content, 3, 384)
+        one = httpx.post(url + "/embeddings", json={"input": "a", "model": "bench"})
+        assert verify(one.status_code, one.content, 1, 32)
+        assert httpx.post(url + "/embeddings", content=b"not json").status_code == 400
+    finally:
+        stop_server(proc)
