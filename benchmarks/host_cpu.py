@@ -271,8 +271,7 @@ def run(models: list[str], servers: list[str], batches: list[int], concurrency: 
     """Per model: every server started on loopback, then ``rounds`` rounds, each a cell per batch size per
     server in turn (A B A B …), short texts; then the floors. Tessera's log lines go to
     ``log_dir/<model>-<server>.log`` (a new temporary folder by default); ``baseline``: the checkout the
-    ``baseline`` server runs. Returns every cell and the
-    medians."""
+    ``baseline`` server runs. Returns every cell and the medians."""
     import tempfile
 
     from benchmarks.loopback import free_port
@@ -297,7 +296,8 @@ def run(models: list[str], servers: list[str], batches: list[int], concurrency: 
             try:
                 for server in servers:
                     port = free_port()
-                    output = open(log_dir / f"{model}-{server}.log", "w") if server in ("tessera", "baseline") else None
+                    logged = server in ("tessera", "baseline")
+                    output = open(log_dir / f"{model}-{server}.log", "w") if logged else None
                     proc, health = start(server, folder, port, infinity_bin, tessera_env, output, tessera_options,
                                          baseline)
                     url = f"http://127.0.0.1:{port}"
@@ -313,8 +313,9 @@ def run(models: list[str], servers: list[str], batches: list[int], concurrency: 
                             others = {o: tree_cpu(running[o]["proc"].pid) for o in running if o != server}
                             cell = measure(pool, clients, s["url"], s["proc"].pid, texts, "short", batch,
                                            concurrency, duration, dim)
-                            idle = sum((tree_cpu(running[o]["proc"].pid) or 0) - (cpu or 0)
-                                       for o, cpu in others.items())
+                            after = {o: tree_cpu(running[o]["proc"].pid) for o in others}
+                            idle = sum(after[o] - cpu for o, cpu in others.items()
+                                       if cpu is not None and after[o] is not None)
                             cell = {"model": model, "server": server, "round": r, **cell, "load1": load0,
                                     "server procs": len(tree_pids(s["proc"].pid)),
                                     "idle servers cores": idle / cell["seconds"] if cell["seconds"] else None}

@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     infinity = str(Path(args.infinity).resolve())
     if "infinity" in servers and not Path(infinity).exists():
         p.error(f"no Infinity at {args.infinity}; create its environment with\n    {INFINITY_SETUP}\n"
-                "or leave it out with --servers tessera")
+                "or leave it out with --servers tessera,bare")
     batches = [int(b) for b in args.batch.split(",")]
     tessera_env = dict(kv.split("=", 1) for kv in args.tessera_env)
     tessera_options = {k: json.loads(v) for k, v in (o.split("=", 1) for o in args.tessera_option)}
