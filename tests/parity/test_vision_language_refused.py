@@ -1,24 +1,67 @@
-"""Vision–language embedders (the Qwen2-VL layout of GME, jina-embeddings-v4 and Qwen3-VL-Embedding) are not
-implemented: a folder of that architecture is refused at load with the reason and the alternative, never served
-as a text encoder (whose mean-pooled vectors would differ from the model card's chat-template, last-token ones)."""
+"""What is refused of the vision–language embedders, always by name with the reason and the alternative: the
+Qwen2-VL layout (GME) on any backend but torch (serving and converters), a Qwen2-VL folder asked to run as a text
+encoder, and the Qwen3-VL layout, which is not implemented (never served as a text encoder, whose mean-pooled
+vectors would differ from the model card's chat-template, last-token ones)."""
 
 from __future__ import annotations
 
-from functools import partial
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from core.config import ModelSpec, Settings
+from core.convert.ct2 import convert_folder
+from core.convert.neuron import compile_buckets
+from core.convert.onnx_export import export_folder
 from core.engine import Engine
 from core.errors import Unsupported
-from tests.support import family_models, text_models
-from tests.support.cache import cached_build
+from tests.parity.test_vlm_embed_parity import gme_dir  # noqa: F401 (fixture)
+
+
+@pytest.mark.parametrize("backend", ["onnx", "ct2", "neuron"])
+def test_other_backends_are_refused_by_name(gme_dir, backend):  # noqa: F811
+    with pytest.raises(Unsupported, match=f"vision–language embedder.*backend {backend!r} would compute other "
+                                          "vectors or none; serve it with backend 'torch'"):
+        Engine.load(ModelSpec(path=gme_dir, backend=backend), Settings(threads=2))
+
+
+def test_auto_serves_torch_whatever_artifacts_the_folder_holds(gme_dir, tmp_path):  # noqa: F811
+    """A text-only graph or a CTranslate2 model beside the weights (exported by another tool) is never served."""
+    folder = tmp_path / "gme"
+    shutil.copytree(gme_dir, folder)
+    (folder / "onnx").mkdir()
+    (folder / "onnx" / "model.onnx").write_bytes(b"not a graph")
+    (folder / "ct2").mkdir()
+    (folder / "ct2" / "model.bin").write_bytes(b"not a model")
+    engine = Engine.load(ModelSpec(path=folder, backend="auto"), Settings(threads=2), warm_up=False)
+    assert engine.backend.name == "torch" and engine.task.name == "vlm_embed"
+
+
+@pytest.mark.parametrize("convert", ["onnx", "ct2", "neuron"])
+def test_converters_refuse_before_writing(gme_dir, tmp_path, convert):  # noqa: F811
+    out = tmp_path / "out"
+    run = {"onnx": lambda: export_folder(gme_dir, out),
+           "ct2": lambda: convert_folder(gme_dir, out),
+           "neuron": lambda: compile_buckets(gme_dir, out, compile_bucket=lambda *a, **k: None)}[convert]
+    with pytest.raises(Unsupported, match="vision–language embedder.*Serve the folder itself with backend 'torch'"):
+        run()
+    assert not out.exists()
+
+
+def test_task_embed_on_a_qwen2_vl_folder_names_the_vlm_task(gme_dir):  # noqa: F811
+    with pytest.raises(Unsupported, match="'qwen2_vl' is a vision–language model.*Serve it with task 'vlm_embed'"):
+        Engine.load(ModelSpec(path=gme_dir, backend="torch", task="embed"), Settings(threads=2))
 
 
 @pytest.mark.parametrize("task", ["auto", "embed"])
-def test_qwen2_vl_folder_is_refused_by_name(minilm_dir, task):
-    folder = cached_build("tiny-qwen2-vl", [Path(family_models.__file__), Path(text_models.__file__)],
-                          partial(family_models.build_qwen2_vl, minilm_dir))
-    with pytest.raises(Unsupported, match="'qwen2_vl' is a vision–language model.*model card's code"):
-        Engine.load(ModelSpec(path=folder, backend="torch", task=task), Settings(threads=2))
+def test_qwen3_vl_layout_is_refused_with_the_alternative(gme_dir, tmp_path, task):  # noqa: F811
+    """Qwen3-VL (Qwen3-VL-Embedding) has another vision tower and processor: not implemented, refused at load."""
+    folder = tmp_path / "qwen3-vl"
+    shutil.copytree(gme_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(model_type="qwen3_vl", architectures=["Qwen3VLForConditionalGeneration"])
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(Unsupported, match="'qwen3_vl' is a vision–language model.*not implemented.*model card's code"):
+        Engine.load(ModelSpec(path=Path(folder), backend="torch", task=task), Settings(threads=2))

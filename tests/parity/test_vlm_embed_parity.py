@@ -1,0 +1,240 @@
+"""Vision–language embedders of the Qwen2-VL layout (GME-Qwen2-VL) on a tiny model saved as GME publishes it
+(``Qwen2VLForConditionalGeneration`` weights, Qwen2-VL's processor files and chat template).
+
+The reference is transformers' own code as the model card uses it: Qwen2-VL's processor (its PIL image processor;
+the video processor needs torchvision, which this environment lacks) on the formatted conversation, the model's
+forward, the last token's state, L2-normalized. For ``input`` texts and images the conversation is written as
+GME's ``gme_inference.py`` writes it (system instruction, image then text, generation prompt, ``<|endoftext|>``);
+for ``messages`` it is the processor's ``apply_chat_template``. Each reference vector comes from a forward of
+that conversation alone; the server's come from padded batches."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from core.api.app import create_app
+from core.config import ModelSpec, Settings
+from core.engine import Engine
+from core.inprocess import AsyncEngine
+from core.tasks.embed import EmbedRequest
+from tests.support import text_models, vlm_models
+from tests.support.cache import cached_build
+from tests.support.engines import run_concurrently
+
+MIN_COSINE = 0.99999
+GME_DEFAULT = "You are a helpful assistant."
+QUERY_INSTRUCTION = "Find an image that matches the given text."
+
+
+@pytest.fixture(scope="session")
+def gme_dir() -> Path:
+    return cached_build("tiny-gme-qwen2-vl", [Path(vlm_models.__file__), Path(text_models.__file__)],
+                        vlm_models.build_qwen2_vl)
+
+
+def _image(w: int, h: int, seed: int):
+    from PIL import Image
+
+    rng = np.random.RandomState(seed)
+    return Image.fromarray((rng.rand(h, w, 3) * 255).astype("uint8"))
+
+
+def _uri(image) -> str:
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+#: images of several aspect ratios; the last is over the processor's max_pixels and is resized down
+IMAGES = [_image(90, 130, 1), _image(200, 60, 2), _image(56, 56, 3), _image(400, 300, 4)]
+URIS = [_uri(im) for im in IMAGES]
+
+
+def _conversations():
+    """name → (messages with image_url parts, add_generation_prompt, continue_final_message)."""
+    def img(i):
+        return {"type": "image_url", "image_url": {"url": URIS[i]}}
+
+    return {
+        "text": ([{"role": "user", "content": "a tiny red boat on a lake"}], True, False),
+        "text-parts+system": ([{"role": "system", "content": QUERY_INSTRUCTION},
+                               {"role": "user", "content": [{"type": "text", "text": "two dogs play in the snow"}]}],
+                              False, False),
+        "image": ([{"role": "user", "content": [img(0)]}], True, False),
+        "interleaved": ([{"role": "user", "content": [{"type": "text", "text": "left:"}, img(1),
+                                                      {"type": "text", "text": "right:"}, img(2),
+                                                      {"type": "text", "text": "which one is brighter?"}]}], True, False),
+        "gme-suffix": ([{"role": "user", "content": [img(3), {"type": "text", "text": "a photo"}]},
+                        {"role": "assistant", "content": "<|endoftext|>"}], False, True),
+    }
+
+
+@pytest.fixture(scope="session")
+def reference(gme_dir):
+    """``gme(text, image, instruction)`` and ``chat(messages, add_generation_prompt, continue_final_message)``:
+    the model card's transformers code, one conversation per forward."""
+    import torch
+    import transformers
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    class Processor(transformers.Qwen2VLProcessor):  # without the video processor (it needs torchvision)
+        def check_argument_for_proper_class(self, argument_name, argument):
+            return None if argument is None else super().check_argument_for_proper_class(argument_name, argument)
+
+    template = json.loads((gme_dir / "chat_template.json").read_text())["chat_template"]
+    processor = Processor(image_processor=Qwen2VLImageProcessorPil.from_pretrained(str(gme_dir)),
+                          tokenizer=transformers.AutoTokenizer.from_pretrained(str(gme_dir)), video_processor=None,
+                          chat_template=template)
+    model = transformers.Qwen2VLForConditionalGeneration.from_pretrained(str(gme_dir)).eval()
+
+    def forward(prompt: str, images: list) -> np.ndarray:
+        inputs = processor(text=[prompt], images=images or None, return_tensors="pt")
+        with torch.inference_mode():
+            last = model.model(**inputs).last_hidden_state[:, -1]
+        return torch.nn.functional.normalize(last, dim=-1)[0].numpy()
+
+    def gme(text, image, instruction=None):
+        content = ("<|vision_start|><|image_pad|><|vision_end|>" if image is not None else "") + (text or "")
+        prompt = (f"<|im_start|>system\n{instruction or GME_DEFAULT}<|im_end|>\n<|im_start|>user\n{content}"
+                  "<|im_end|>\n<|im_start|>assistant\n<|endoftext|>")
+        return forward(prompt, [] if image is None else [image])
+
+    def chat(messages, add_generation_prompt, continue_final_message):
+        images, turns = [], []
+        for m in messages:
+            if isinstance(m["content"], str):
+                turns.append(m)
+                continue
+            parts = []
+            for p in m["content"]:
+                if p["type"] == "image_url":
+                    images.append(IMAGES[URIS.index(p["image_url"]["url"])])
+                    parts.append({"type": "image"})
+                else:
+                    parts.append(p)
+            turns.append({"role": m["role"], "content": parts})
+        prompt = processor.apply_chat_template(turns, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                               continue_final_message=continue_final_message)
+        return forward(prompt, images)
+
+    return type("Reference", (), {"gme": staticmethod(gme), "chat": staticmethod(chat)})
+
+
+@pytest.fixture(scope="session")
+def engine(gme_dir):
+    return Engine.load(ModelSpec(path=gme_dir, name="gme"), Settings(threads=2))
+
+
+def _report(what: str, got, ref) -> float:
+    got, ref = np.atleast_2d(np.asarray(got)), np.atleast_2d(np.asarray(ref))
+    cos = (got * ref).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(ref, axis=1)
+    print(f"\n[parity] gme-qwen2-vl torch {what}: min cosine {cos.min():.7f} over {len(cos)}")
+    assert cos.min() >= MIN_COSINE, f"{what}: worst cosine {cos.min():.7f}"
+    return float(cos.min())
+
+
+def test_auto_serves_it_on_torch_as_a_vision_language_embedder(engine, gme_dir):
+    assert engine.task.name == "vlm_embed" and engine.backend.name == "torch"
+    assert "vision–language" in engine.choice.reason
+    described = engine.describe()
+    assert described["modalities"] == ["text", "image"] and described["dimension"] == 64
+
+
+@pytest.mark.parametrize("instruction", [None, QUERY_INSTRUCTION])
+def test_input_texts_follow_gmes_convention(engine, reference, sentences, instruction):
+    texts = sentences[:12]
+    got = engine.run_sync(EmbedRequest(texts=texts, prompt=instruction)).vectors  # one padded batch
+    ref = np.stack([reference.gme(t, None, instruction) for t in texts])
+    _report(f"input texts (instruction={instruction is not None})", got, ref)
+
+
+def test_input_images_follow_gmes_convention(engine, reference):
+    got = engine.run_sync(EmbedRequest(modality="image", inputs=URIS)).vectors
+    ref = np.stack([reference.gme(None, im) for im in IMAGES])
+    _report("input images (4 sizes, one resized down)", got, ref)
+
+
+def _chat_request(names):
+    from core.api.serving.inputs import chat_messages
+    from core.media import MediaFetcher
+
+    settings = Settings()
+    conversations, refs = [], []
+    for name in names:
+        messages, gen, cont = _conversations()[name]
+        conversation, own = chat_messages(messages, settings, add_generation_prompt=gen, continue_final_message=cont)
+        for m in conversation.messages:  # this request's media list holds every conversation's images
+            for p in m["content"] if isinstance(m["content"], list) else ():
+                if p["type"] == "image":
+                    p["index"] += len(refs)
+        conversations.append(conversation)
+        refs.extend(own)
+    return EmbedRequest(conversations=conversations, inputs=refs, media=MediaFetcher())
+
+
+@pytest.mark.parametrize("name", list(_conversations()))
+def test_messages_alone_match_the_chat_template_reference(engine, reference, name):
+    got = engine.run_sync(_chat_request([name])).vectors
+    _report(f"messages {name}", got, reference.chat(*_conversations()[name]))
+    if name == "gme-suffix":  # GME's own format, sent as messages: an open assistant turn holding <|endoftext|>
+        _report("messages in GME's format vs gme_inference.py's", got, reference.gme("a photo", IMAGES[3]))
+
+
+def test_the_vectors_tell_inputs_apart(engine, sentences):
+    """The parity above is not that of a model that answers one vector for everything."""
+    vectors = np.concatenate([engine.run_sync(EmbedRequest(texts=sentences[:6])).vectors,
+                              engine.run_sync(EmbedRequest(modality="image", inputs=URIS)).vectors])
+    cos = vectors @ vectors.T
+    assert cos[~np.eye(len(vectors), dtype=bool)].max() < 0.95
+
+
+def test_a_batch_mixing_text_images_and_interleaved_equals_each_alone(engine, reference):
+    names = list(_conversations())
+    mixed = engine.run_sync(_chat_request(names)).vectors  # one padded batch: text rows beside image rows
+    alone = np.concatenate([engine.run_sync(_chat_request([n])).vectors for n in names])
+    assert mixed.shape == (len(names), 64)
+    _report("mixed batch vs each alone", mixed, alone)
+    _report("mixed batch vs reference", mixed, np.stack([reference.chat(*_conversations()[n]) for n in names]))
+    # and through the batcher: concurrent requests of every kind
+    concurrent = run_concurrently(engine, [_chat_request([n]) for n in names] * 2)
+    _report("concurrent requests", np.concatenate([r.vectors for r in concurrent]), np.concatenate([alone, alone]))
+
+
+def test_messages_over_http_and_in_process(gme_dir, reference):
+    spec = ModelSpec(path=gme_dir, name="gme")
+    conversations = _conversations()
+    with TestClient(create_app(Settings(models=[spec], threads=2))) as client:
+        got = []
+        for messages, gen, cont in conversations.values():
+            r = client.post("/v1/embeddings", json={"model": "gme", "messages": messages,
+                                                    "add_generation_prompt": gen, "continue_final_message": cont})
+            assert r.status_code == 200, r.text
+            assert len(r.json()["data"]) == 1 and r.json()["usage"]["prompt_tokens"] > 10
+            got.append(r.json()["data"][0]["embedding"])
+        ref = np.stack([reference.chat(*c) for c in conversations.values()])
+        _report("messages over HTTP", got, ref)
+        r = client.post("/v1/embeddings", json={"model": "gme", "modality": "image", "input": URIS[:2]})
+        assert r.status_code == 200, r.text
+        _report("image input over HTTP", [d["embedding"] for d in r.json()["data"]],
+                [reference.gme(None, im) for im in IMAGES[:2]])
+        r = client.get("/v1/models")
+        card = next(m for m in r.json()["data"] if m["id"] == "gme")
+        assert card["modalities"] == ["text", "image"] and card["task"] == "vlm_embed"
+
+    async def in_process():
+        async with AsyncEngine(Settings(models=[spec], threads=2)) as api:
+            chats = await api.embed_messages([c[0] for c in conversations.values() if c[1]], add_generation_prompt=True)
+            texts = await api.embed(["a tiny red boat"], prompt=QUERY_INSTRUCTION)
+            return chats, texts
+
+    chats, texts = asyncio.run(in_process())
+    _report("messages in-process", chats, np.stack([reference.chat(*c) for c in conversations.values() if c[1]]))
+    _report("input text in-process", texts, reference.gme("a tiny red boat", None, QUERY_INSTRUCTION)[None])
