@@ -41,6 +41,10 @@ PROCESSORS = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor
 #: GME's default instruction (its system message) and the token appended after the generation prompt
 GME_INSTRUCTION = "You are a helpful assistant."
 GME_SUFFIX = "<|endoftext|>"
+#: the most tokens one image becomes: GME's model card bound (``max_image_tokens=1280``, 1280·28·28 pixels), applied
+#: when the folder's ``max_pixels`` allows more (Qwen2-VL's own allows 16384 tokens, whose vision attention over
+#: 65 536 patches would let one request hold a GPU for seconds)
+MAX_IMAGE_TOKENS = 1280
 #: text a user may not send: the processor expands these placeholders into image/video tokens
 PLACEHOLDERS = ("<|image_pad|>", "<|video_pad|>")
 
@@ -133,6 +137,9 @@ class VlmEmbedTask(Task):
             raise InvalidInput(f"{folder}: no chat template (chat_template.json, chat_template.jinja or the "
                                "tokenizer's); a vision–language embedder formats its inputs through it")
         images = Qwen2VLImageProcessorPil.from_pretrained(str(folder))
+        cap = MAX_IMAGE_TOKENS * (images.patch_size * images.merge_size) ** 2
+        if images.size.longest_edge > cap:
+            images = Qwen2VLImageProcessorPil.from_pretrained(str(folder), max_pixels=cap)
         self.processor = images_only_processor(getattr(transformers, PROCESSORS[info.model_type]), images, tokenizer,
                                                self.chat_template)
         self.tokenizer = tokenizer

@@ -1,4 +1,4 @@
-"""What is refused of the vision–language embedders, always by name with the reason and the alternative: the
+"""What is refused or bounded of the vision–language embedders, always by name with the reason and the alternative: the
 Qwen2-VL layout (GME) on any backend but torch (serving and converters), a Qwen2-VL folder asked to run as a text
 encoder, and the Qwen3-VL layout, which is not implemented (never served as a text encoder, whose mean-pooled
 vectors would differ from the model card's chat-template, last-token ones)."""
@@ -65,3 +65,30 @@ def test_qwen3_vl_layout_is_refused_with_the_alternative(gme_dir, tmp_path, task
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(Unsupported, match="'qwen3_vl' is a vision–language model.*not implemented.*model card's code"):
         Engine.load(ModelSpec(path=Path(folder), backend="torch", task=task), Settings(threads=2))
+
+
+def test_one_image_becomes_at_most_1280_tokens_whatever_the_folders_max_pixels(gme_dir, tmp_path):  # noqa: F811
+    """Qwen2-VL's own preprocessor_config allows 16384 tokens (12 845 056 pixels) per image; the server resizes
+    within GME's model card bound (1280 tokens), so a large image stays cheap."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    from core.media import MediaFetcher
+    from core.tasks.embed import EmbedRequest
+    from core.tasks.vlm_embed import MAX_IMAGE_TOKENS
+
+    folder = tmp_path / "gme-wide"
+    shutil.copytree(gme_dir, folder)
+    config = json.loads((folder / "preprocessor_config.json").read_text())
+    config["max_pixels"] = 12845056
+    (folder / "preprocessor_config.json").write_text(json.dumps(config))
+    engine = Engine.load(ModelSpec(path=folder, backend="torch"), Settings(threads=2), warm_up=False)
+    buf = io.BytesIO()
+    Image.new("RGB", (3000, 2000), (9, 99, 199)).save(buf, format="PNG")
+    uri = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    (item,) = engine.task.prepare(EmbedRequest(modality="image", inputs=[uri], media=MediaFetcher()))
+    image_tokens = int(item.arrays["mm_token_type_ids"].sum())
+    assert 1000 < image_tokens <= MAX_IMAGE_TOKENS
+    assert item.cost == item.length and item.cost > image_tokens  # the image's tokens are the item's cost

@@ -25,8 +25,7 @@ from core.config import ModelSpec, Settings
 from core.engine import Engine
 from core.inprocess import AsyncEngine
 from core.tasks.embed import EmbedRequest
-from tests.support import text_models, vlm_models
-from tests.support.cache import cached_build
+from tests.support import vlm_models
 from tests.support.engines import run_concurrently
 
 MIN_COSINE = 0.99999
@@ -36,8 +35,7 @@ QUERY_INSTRUCTION = "Find an image that matches the given text."
 
 @pytest.fixture(scope="session")
 def gme_dir() -> Path:
-    return cached_build("tiny-gme-qwen2-vl", [Path(vlm_models.__file__), Path(text_models.__file__)],
-                        vlm_models.build_qwen2_vl)
+    return vlm_models.gme_folder()
 
 
 def _image(w: int, h: int, seed: int):

@@ -92,3 +92,11 @@ def build_qwen2_vl(out: Path, *, architecture: str = "Qwen2VLForConditionalGener
         eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"])
     model = getattr(transformers, architecture)(config).eval()
     model.save_pretrained(str(out))
+
+
+def gme_folder() -> Path:
+    """The tiny GME-layout folder, built once per content of the builders (cached under .venv/test-cache)."""
+    from tests.support import text_models
+    from tests.support.cache import cached_build
+
+    return cached_build("tiny-gme-qwen2-vl", [Path(__file__), Path(text_models.__file__)], build_qwen2_vl)
