@@ -17,17 +17,22 @@ from core.convert.neuron import compile_buckets
 from core.convert.onnx_export import export_folder
 from core.engine import Engine
 from core.errors import Unsupported
-from tests.parity.test_vlm_embed_parity import gme_dir  # noqa: F401 (fixture)
+from tests.support import vlm_models
+
+
+@pytest.fixture(scope="module")
+def gme_dir() -> Path:
+    return vlm_models.gme_folder()
 
 
 @pytest.mark.parametrize("backend", ["onnx", "ct2", "neuron"])
-def test_other_backends_are_refused_by_name(gme_dir, backend):  # noqa: F811
+def test_other_backends_are_refused_by_name(gme_dir, backend):
     with pytest.raises(Unsupported, match=f"vision–language embedder.*backend {backend!r} would compute other "
                                           "vectors or none; serve it with backend 'torch'"):
         Engine.load(ModelSpec(path=gme_dir, backend=backend), Settings(threads=2))
 
 
-def test_auto_serves_torch_whatever_artifacts_the_folder_holds(gme_dir, tmp_path):  # noqa: F811
+def test_auto_serves_torch_whatever_artifacts_the_folder_holds(gme_dir, tmp_path):
     """A text-only graph or a CTranslate2 model beside the weights (exported by another tool) is never served."""
     folder = tmp_path / "gme"
     shutil.copytree(gme_dir, folder)
@@ -40,7 +45,7 @@ def test_auto_serves_torch_whatever_artifacts_the_folder_holds(gme_dir, tmp_path
 
 
 @pytest.mark.parametrize("convert", ["onnx", "ct2", "neuron"])
-def test_converters_refuse_before_writing(gme_dir, tmp_path, convert):  # noqa: F811
+def test_converters_refuse_before_writing(gme_dir, tmp_path, convert):
     out = tmp_path / "out"
     run = {"onnx": lambda: export_folder(gme_dir, out),
            "ct2": lambda: convert_folder(gme_dir, out),
@@ -50,13 +55,13 @@ def test_converters_refuse_before_writing(gme_dir, tmp_path, convert):  # noqa: 
     assert not out.exists()
 
 
-def test_task_embed_on_a_qwen2_vl_folder_names_the_vlm_task(gme_dir):  # noqa: F811
+def test_task_embed_on_a_qwen2_vl_folder_names_the_vlm_task(gme_dir):
     with pytest.raises(Unsupported, match="'qwen2_vl' is a vision–language model.*Serve it with task 'vlm_embed'"):
         Engine.load(ModelSpec(path=gme_dir, backend="torch", task="embed"), Settings(threads=2))
 
 
 @pytest.mark.parametrize("task", ["auto", "embed"])
-def test_qwen3_vl_layout_is_refused_with_the_alternative(gme_dir, tmp_path, task):  # noqa: F811
+def test_qwen3_vl_layout_is_refused_with_the_alternative(gme_dir, tmp_path, task):
     """Qwen3-VL (Qwen3-VL-Embedding) has another vision tower and processor: not implemented, refused at load."""
     folder = tmp_path / "qwen3-vl"
     shutil.copytree(gme_dir, folder)
@@ -67,7 +72,7 @@ def test_qwen3_vl_layout_is_refused_with_the_alternative(gme_dir, tmp_path, task
         Engine.load(ModelSpec(path=Path(folder), backend="torch", task=task), Settings(threads=2))
 
 
-def test_one_image_becomes_at_most_1280_tokens_whatever_the_folders_max_pixels(gme_dir, tmp_path):  # noqa: F811
+def test_one_image_becomes_at_most_1280_tokens_whatever_the_folders_max_pixels(gme_dir, tmp_path):
     """Qwen2-VL's own preprocessor_config allows 16384 tokens (12 845 056 pixels) per image; the server resizes
     within GME's model card bound (1280 tokens), so a large image stays cheap."""
     import base64

@@ -1,5 +1,5 @@
-"""Vision–language embedders of the Qwen2-VL layout (GME-Qwen2-VL) on a tiny model saved as GME publishes it
-(``Qwen2VLForConditionalGeneration`` weights, Qwen2-VL's processor files and chat template).
+"""Vision–language embedders of the Qwen2-VL layout (GME-Qwen2-VL) and of Qwen2.5-VL, on tiny models saved as GME
+publishes its own (``*ForConditionalGeneration`` weights, Qwen2-VL's processor files and chat template).
 
 The reference is transformers' own code as the model card uses it: Qwen2-VL's processor (its PIL image processor;
 the video processor needs torchvision, which this environment lacks) on the formatted conversation, the model's
@@ -14,7 +14,6 @@ import asyncio
 import base64
 import io
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,9 +32,9 @@ GME_DEFAULT = "You are a helpful assistant."
 QUERY_INSTRUCTION = "Find an image that matches the given text."
 
 
-@pytest.fixture(scope="session")
-def gme_dir() -> Path:
-    return vlm_models.gme_folder()
+@pytest.fixture(scope="session", params=list(vlm_models.FAMILIES))
+def family(request) -> str:
+    return request.param
 
 
 def _image(w: int, h: int, seed: int):
@@ -76,22 +75,25 @@ def _conversations():
 
 
 @pytest.fixture(scope="session")
-def reference(gme_dir):
+def reference(family):
     """``gme(text, image, instruction)`` and ``chat(messages, add_generation_prompt, continue_final_message)``:
     the model card's transformers code, one conversation per forward."""
     import torch
     import transformers
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-    class Processor(transformers.Qwen2VLProcessor):  # without the video processor (it needs torchvision)
+    processor_class, architecture = vlm_models.FAMILIES[family]
+    folder = vlm_models.gme_folder(family)
+
+    class Processor(getattr(transformers, processor_class)):  # without the video processor (it needs torchvision)
         def check_argument_for_proper_class(self, argument_name, argument):
             return None if argument is None else super().check_argument_for_proper_class(argument_name, argument)
 
-    template = json.loads((gme_dir / "chat_template.json").read_text())["chat_template"]
-    processor = Processor(image_processor=Qwen2VLImageProcessorPil.from_pretrained(str(gme_dir)),
-                          tokenizer=transformers.AutoTokenizer.from_pretrained(str(gme_dir)), video_processor=None,
+    template = json.loads((folder / "chat_template.json").read_text())["chat_template"]
+    processor = Processor(image_processor=Qwen2VLImageProcessorPil.from_pretrained(str(folder)),
+                          tokenizer=transformers.AutoTokenizer.from_pretrained(str(folder)), video_processor=None,
                           chat_template=template)
-    model = transformers.Qwen2VLForConditionalGeneration.from_pretrained(str(gme_dir)).eval()
+    model = getattr(transformers, architecture).from_pretrained(str(folder)).eval()
 
     def forward(prompt: str, images: list) -> np.ndarray:
         inputs = processor(text=[prompt], images=images or None, return_tensors="pt")
@@ -127,19 +129,20 @@ def reference(gme_dir):
 
 
 @pytest.fixture(scope="session")
-def engine(gme_dir):
-    return Engine.load(ModelSpec(path=gme_dir, name="gme"), Settings(threads=2))
+def engine(family):
+    return Engine.load(ModelSpec(path=vlm_models.gme_folder(family), name="gme"), Settings(threads=2))
 
 
-def _report(what: str, got, ref) -> float:
+def _report(family: str, what: str, got, ref) -> float:
+    family = {"qwen2_vl": "gme-qwen2-vl", "qwen2_5_vl": "qwen2.5-vl"}[family]
     got, ref = np.atleast_2d(np.asarray(got)), np.atleast_2d(np.asarray(ref))
     cos = (got * ref).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(ref, axis=1)
-    print(f"\n[parity] gme-qwen2-vl torch {what}: min cosine {cos.min():.7f} over {len(cos)}")
+    print(f"\n[parity] {family} torch {what}: min cosine {cos.min():.7f} over {len(cos)}")
     assert cos.min() >= MIN_COSINE, f"{what}: worst cosine {cos.min():.7f}"
     return float(cos.min())
 
 
-def test_auto_serves_it_on_torch_as_a_vision_language_embedder(engine, gme_dir):
+def test_auto_serves_it_on_torch_as_a_vision_language_embedder(family, engine):
     assert engine.task.name == "vlm_embed" and engine.backend.name == "torch"
     assert "vision–language" in engine.choice.reason
     described = engine.describe()
@@ -147,17 +150,17 @@ def test_auto_serves_it_on_torch_as_a_vision_language_embedder(engine, gme_dir):
 
 
 @pytest.mark.parametrize("instruction", [None, QUERY_INSTRUCTION])
-def test_input_texts_follow_gmes_convention(engine, reference, sentences, instruction):
+def test_input_texts_follow_gmes_convention(family, engine, reference, sentences, instruction):
     texts = sentences[:12]
     got = engine.run_sync(EmbedRequest(texts=texts, prompt=instruction)).vectors  # one padded batch
     ref = np.stack([reference.gme(t, None, instruction) for t in texts])
-    _report(f"input texts (instruction={instruction is not None})", got, ref)
+    _report(family, f"input texts (instruction={instruction is not None})", got, ref)
 
 
-def test_input_images_follow_gmes_convention(engine, reference):
+def test_input_images_follow_gmes_convention(family, engine, reference):
     got = engine.run_sync(EmbedRequest(modality="image", inputs=URIS)).vectors
     ref = np.stack([reference.gme(None, im) for im in IMAGES])
-    _report("input images (4 sizes, one resized down)", got, ref)
+    _report(family, "input images (4 sizes, one resized down)", got, ref)
 
 
 def _chat_request(names):
@@ -179,14 +182,14 @@ def _chat_request(names):
 
 
 @pytest.mark.parametrize("name", list(_conversations()))
-def test_messages_alone_match_the_chat_template_reference(engine, reference, name):
+def test_messages_alone_match_the_chat_template_reference(family, engine, reference, name):
     got = engine.run_sync(_chat_request([name])).vectors
-    _report(f"messages {name}", got, reference.chat(*_conversations()[name]))
+    _report(family, f"messages {name}", got, reference.chat(*_conversations()[name]))
     if name == "gme-suffix":  # GME's own format, sent as messages: an open assistant turn holding <|endoftext|>
-        _report("messages in GME's format vs gme_inference.py's", got, reference.gme("a photo", IMAGES[3]))
+        _report(family, "messages in GME's format vs gme_inference.py's", got, reference.gme("a photo", IMAGES[3]))
 
 
-def test_the_vectors_tell_inputs_apart(engine, sentences):
+def test_the_vectors_tell_inputs_apart(family, engine, sentences):
     """The parity above is not that of a model that answers one vector for everything."""
     vectors = np.concatenate([engine.run_sync(EmbedRequest(texts=sentences[:6])).vectors,
                               engine.run_sync(EmbedRequest(modality="image", inputs=URIS)).vectors])
@@ -194,20 +197,20 @@ def test_the_vectors_tell_inputs_apart(engine, sentences):
     assert cos[~np.eye(len(vectors), dtype=bool)].max() < 0.95
 
 
-def test_a_batch_mixing_text_images_and_interleaved_equals_each_alone(engine, reference):
+def test_a_batch_mixing_text_images_and_interleaved_equals_each_alone(family, engine, reference):
     names = list(_conversations())
     mixed = engine.run_sync(_chat_request(names)).vectors  # one padded batch: text rows beside image rows
     alone = np.concatenate([engine.run_sync(_chat_request([n])).vectors for n in names])
     assert mixed.shape == (len(names), 64)
-    _report("mixed batch vs each alone", mixed, alone)
-    _report("mixed batch vs reference", mixed, np.stack([reference.chat(*_conversations()[n]) for n in names]))
+    _report(family, "mixed batch vs each alone", mixed, alone)
+    _report(family, "mixed batch vs reference", mixed, np.stack([reference.chat(*_conversations()[n]) for n in names]))
     # and through the batcher: concurrent requests of every kind
     concurrent = run_concurrently(engine, [_chat_request([n]) for n in names] * 2)
-    _report("concurrent requests", np.concatenate([r.vectors for r in concurrent]), np.concatenate([alone, alone]))
+    _report(family, "concurrent requests", np.concatenate([r.vectors for r in concurrent]), np.concatenate([alone, alone]))
 
 
-def test_messages_over_http_and_in_process(gme_dir, reference):
-    spec = ModelSpec(path=gme_dir, name="gme")
+def test_messages_over_http_and_in_process(family, reference):
+    spec = ModelSpec(path=vlm_models.gme_folder(family), name="gme")
     conversations = _conversations()
     with TestClient(create_app(Settings(models=[spec], threads=2))) as client:
         got = []
@@ -218,10 +221,10 @@ def test_messages_over_http_and_in_process(gme_dir, reference):
             assert len(r.json()["data"]) == 1 and r.json()["usage"]["prompt_tokens"] > 10
             got.append(r.json()["data"][0]["embedding"])
         ref = np.stack([reference.chat(*c) for c in conversations.values()])
-        _report("messages over HTTP", got, ref)
+        _report(family, "messages over HTTP", got, ref)
         r = client.post("/v1/embeddings", json={"model": "gme", "modality": "image", "input": URIS[:2]})
         assert r.status_code == 200, r.text
-        _report("image input over HTTP", [d["embedding"] for d in r.json()["data"]],
+        _report(family, "image input over HTTP", [d["embedding"] for d in r.json()["data"]],
                 [reference.gme(None, im) for im in IMAGES[:2]])
         r = client.get("/v1/models")
         card = next(m for m in r.json()["data"] if m["id"] == "gme")
@@ -234,5 +237,5 @@ def test_messages_over_http_and_in_process(gme_dir, reference):
             return chats, texts
 
     chats, texts = asyncio.run(in_process())
-    _report("messages in-process", chats, np.stack([reference.chat(*c) for c in conversations.values() if c[1]]))
-    _report("input text in-process", texts, reference.gme("a tiny red boat", None, QUERY_INSTRUCTION)[None])
+    _report(family, "messages in-process", chats, np.stack([reference.chat(*c) for c in conversations.values() if c[1]]))
+    _report(family, "input text in-process", texts, reference.gme("a tiny red boat", None, QUERY_INSTRUCTION)[None])

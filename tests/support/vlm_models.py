@@ -1,6 +1,7 @@
-"""Tiny vision–language embedders of the Qwen2-VL layout (GME-Qwen2-VL), saved the way the published repositories
-are: ``Qwen2VLForConditionalGeneration`` weights written by transformers' ``save_pretrained``, the processor's files
-(``preprocessor_config.json``, the tokenizer, the chat template) written by the processor's ``save_pretrained``.
+"""Tiny vision–language embedders of the Qwen2-VL layout (GME-Qwen2-VL) and of Qwen2.5-VL, saved the way the
+published repositories are: ``*ForConditionalGeneration`` weights written by transformers' ``save_pretrained``, the
+processor's files as Qwen2-VL-Instruct publishes them (``preprocessor_config.json``, ``chat_template.json``, the
+tokenizer).
 
 The tokenizer is a byte-level BPE trained on the test sentences with Qwen2-VL's special tokens; the chat template
 is Qwen2-VL-Instruct's (a default system message, ``<|vision_start|><|image_pad|><|vision_end|>`` per image part).
@@ -51,7 +52,12 @@ def build_tokenizer(out: Path):
     return tokenizer
 
 
-def build_processor(out: Path):
+#: the layouts built here: model_type → (processor class, the class whose weights are saved)
+FAMILIES = {"qwen2_vl": ("Qwen2VLProcessor", "Qwen2VLForConditionalGeneration"),
+            "qwen2_5_vl": ("Qwen2_5_VLProcessor", "Qwen2_5_VLForConditionalGeneration")}
+
+
+def build_processor(out: Path, processor_class: str = "Qwen2VLProcessor"):
     """Qwen2-VL's processor files as Qwen2-VL-Instruct (and GME) publish them: ``preprocessor_config.json`` naming
     ``Qwen2VLImageProcessor`` with ``min_pixels``/``max_pixels``, ``chat_template.json``, the tokenizer. Returns
     the tokenizer."""
@@ -63,40 +69,51 @@ def build_processor(out: Path):
         "min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS, "patch_size": 14, "temporal_patch_size": 2,
         "merge_size": 2, "image_mean": [0.48145466, 0.4578275, 0.40821073],
         "image_std": [0.26862954, 0.26130258, 0.27577711], "image_processor_type": "Qwen2VLImageProcessor",
-        "processor_class": "Qwen2VLProcessor"}, indent=2))
+        "processor_class": processor_class}, indent=2))
     (out / "chat_template.json").write_text(json.dumps({"chat_template": QWEN2_VL_CHAT_TEMPLATE}, indent=2))
     (out / "chat_template.jinja").unlink(missing_ok=True)  # the template travels in chat_template.json only
     return tokenizer
 
 
-def build_qwen2_vl(out: Path, *, architecture: str = "Qwen2VLForConditionalGeneration") -> None:
-    """A tiny Qwen2-VL (GME-Qwen2-VL's layout) with its processor; ``architecture``: the class whose weights are
-    saved (GME publishes ``Qwen2VLForConditionalGeneration``; ``Qwen2VLModel`` keeps the backbone alone)."""
+def build_qwen2_vl(out: Path, *, family: str = "qwen2_vl") -> None:
+    """A tiny Qwen2-VL (GME-Qwen2-VL's layout) or Qwen2.5-VL with its processor files, the weights of its
+    ``*ForConditionalGeneration`` class saved by transformers (as GME publishes them)."""
     import torch
     import transformers
-    from transformers import Qwen2VLConfig
 
-    tok = build_processor(out)
+    processor_class, architecture = FAMILIES[family]
+    tok = build_processor(out, processor_class)
     ids = {t: tok.convert_tokens_to_ids(t) for t in VLM_SPECIAL_TOKENS}
     torch.manual_seed(91)
-    config = Qwen2VLConfig(
+    vision = dict(depth=2, num_heads=4, patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
+                  initializer_range=0.2)
+    if family == "qwen2_vl":
+        vision.update(embed_dim=32, hidden_size=64)
+        config_class = transformers.Qwen2VLConfig
+    else:  # windowed attention in the first block (56 px windows: 2×2 merged tokens), full in the second
+        vision.update(hidden_size=32, intermediate_size=64, out_hidden_size=64, window_size=56,
+                      fullatt_block_indexes=[1])
+        config_class = transformers.Qwen2_5_VLConfig
+    config = config_class(
         text_config=dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
                          rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 10000.0},
                          initializer_range=0.2, bos_token_id=None, eos_token_id=ids["<|im_end|>"],
                          pad_token_id=ids["<|endoftext|>"]),
-        vision_config=dict(depth=2, embed_dim=32, hidden_size=64, num_heads=4, patch_size=14, spatial_merge_size=2,
-                           temporal_patch_size=2, initializer_range=0.2),
+        vision_config=vision,
         image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
         eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"])
-    model = getattr(transformers, architecture)(config).eval()
-    model.save_pretrained(str(out))
+    getattr(transformers, architecture)(config).eval().save_pretrained(str(out))
 
 
-def gme_folder() -> Path:
-    """The tiny GME-layout folder, built once per content of the builders (cached under .venv/test-cache)."""
+def gme_folder(family: str = "qwen2_vl") -> Path:
+    """The tiny folder of a layout (``qwen2_vl``: GME-Qwen2-VL's), built once per content of the builders (cached
+    under .venv/test-cache)."""
+    from functools import partial
+
     from tests.support import text_models
     from tests.support.cache import cached_build
 
-    return cached_build("tiny-gme-qwen2-vl", [Path(__file__), Path(text_models.__file__)], build_qwen2_vl)
+    return cached_build(f"tiny-gme-{family.replace('_', '-')}", [Path(__file__), Path(text_models.__file__)],
+                        partial(build_qwen2_vl, family=family))
