@@ -29,7 +29,7 @@ import numpy as np
 
 from core.config import ModelSpec
 from core.errors import InvalidInput, TooLarge, Unsupported, require
-from core.loading import ModelInfo
+from core.loading import ModelInfo, custom_code
 from core.tasks.base import Task
 from core.tasks.chunking import refuse_long_input_options
 from core.tasks.embed import EmbedRequest, EmbedResult
@@ -126,6 +126,12 @@ class VlmEmbedTask(Task):
         if info.model_type not in PROCESSORS:
             raise Unsupported(f"{info.folder}: model_type {info.model_type!r} is not a vision–language layout the "
                               f"vlm_embed task serves; it serves {sorted(PROCESSORS)}", code="unsupported_architecture")
+        code = custom_code(info.config)
+        if code is not None:  # jina-embeddings-v4: its own code over Qwen2.5-VL (task adapters, its own pooling)
+            raise Unsupported(f"{info.folder}: a vision–language model with its own code ({code}); the vlm_embed task "
+                              "runs transformers' built-in Qwen2-VL class and GME's last-token pooling, which would "
+                              "drop what that code does and give other vectors. Serve it with its model card's code",
+                              code="unsupported_architecture")
         transformers = require("transformers", "torch")
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 

@@ -72,6 +72,19 @@ def test_qwen3_vl_layout_is_refused_with_the_alternative(gme_dir, tmp_path, task
         Engine.load(ModelSpec(path=Path(folder), backend="torch", task=task), Settings(threads=2))
 
 
+def test_a_qwen2_vl_model_with_its_own_code_is_refused(gme_dir, tmp_path):
+    """jina-embeddings-v4's layout: Qwen2.5-VL with its own code (task adapters, its own pooling), trusted or not."""
+    folder = tmp_path / "own-code"
+    shutil.copytree(gme_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"] = {"AutoModel": "modeling_jina_embeddings_v4.JinaEmbeddingsV4Model"}
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(Unsupported, match="its own code.*Serve it with its model card's code"):
+        Engine.load(ModelSpec(path=folder, backend="torch", trust_remote_code=True), Settings(threads=2))
+    with pytest.raises(Unsupported, match="trust_remote_code"):
+        Engine.load(ModelSpec(path=folder, backend="torch"), Settings(threads=2))
+
+
 def test_one_image_becomes_at_most_1280_tokens_whatever_the_folders_max_pixels(gme_dir, tmp_path):
     """Qwen2-VL's own preprocessor_config allows 16384 tokens (12 845 056 pixels) per image; the server resizes
     within GME's model card bound (1280 tokens), so a large image stays cheap."""
