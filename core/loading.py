@@ -125,8 +125,8 @@ def read_model_info(folder: Path, *, max_length: int | None = None) -> ModelInfo
 
 
 #: architectures (config.json) served by a multi-modal task; anything else is a text encoder
-#: vision–language embedders of the Qwen2-VL layout (GME): model_type → served by the vlm_embed task
-VLM_EMBED_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl"})
+#: vision–language embedders of the Qwen2-VL layout (GME, Qwen3-VL-Embedding): served by the vlm_embed task
+VLM_EMBED_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
 
 MULTIMODAL_ARCHITECTURES = {
     "CLIPModel": "clip",

@@ -67,8 +67,8 @@ class EmbedResult:
 
 
 #: vision–language model types the embed task refuses (never run as text): the Qwen2-VL layouts are served by the
-#: vlm_embed task; Qwen3-VL is not implemented
-VISION_LANGUAGE_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
+#: vlm_embed task; Qwen3-VL's mixture of experts is not implemented
+VISION_LANGUAGE_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"})
 
 
 class EmbedTask(TextTask):

@@ -1,12 +1,14 @@
-"""Vision–language embedders of the Qwen2-VL layout (GME-Qwen2-VL; Qwen2.5-VL backbones): one vector per
-conversation — text, images, or both interleaved — read at the last token of the language model's last hidden
-state and L2-normalized, as GME's ``gme_inference.py`` and vLLM's pooling of these models do.
+"""Vision–language embedders of the Qwen2-VL layout (GME-Qwen2-VL; Qwen2.5-VL backbones; Qwen3-VL-Embedding): one
+vector per conversation — text, images, or both interleaved — read at the last token of the language model's last
+hidden state and L2-normalized, as GME's ``gme_inference.py``, Qwen3-VL-Embedding's script and vLLM's pooling of
+these models do.
 
 - A request is a list of :class:`Conversation`: chat ``messages`` (``/v1/embeddings`` with ``messages``, vLLM's
-  chat-embeddings shape) rendered through the model's own chat template, or plain ``input`` texts / images in GME's
-  convention: a system message holding the instruction (``prompt``; default ``You are a helpful assistant.``), the
-  user turn holding the image and/or the text, the assistant's generation prompt and ``<|endoftext|>``, the token
-  whose state is the vector.
+  chat-embeddings shape) rendered through the model's own chat template, or plain ``input`` texts / images in the
+  layout's convention (:data:`INPUT_FORMATS`): a system message holding the instruction (``prompt``; GME's default
+  ``You are a helpful assistant.``, Qwen3-VL-Embedding's ``Represent the user's input.``), the user turn holding the
+  image and/or the text, the assistant's generation prompt, and for GME ``<|endoftext|>``; the last token's state is
+  the vector.
 - ``prepare`` (worker thread) decodes each image through :class:`core.media.MediaFetcher` (limits, SSRF guard),
   then runs transformers' own Qwen2-VL processor: its PIL image processor (resized within the folder's
   ``min_pixels``/``max_pixels``, patches + ``image_grid_thw``) and the tokenizer, which expands each image
@@ -15,13 +17,13 @@ state and L2-normalized, as GME's ``gme_inference.py`` and vLLM's pooling of the
   (cutting it would drop the token the vector is read from).
 - ``collate`` right-pads the token rows (each row's real tokens keep a single-item forward's positions) and
   concatenates the images' patches and grids in item order, as the processor does for a batch.
-- The torch backend only: the ``vlm-last-token`` head (core/backends/heads.py) runs ``Qwen2VLModel`` and gathers
-  each row's last real token; no exporter or compiler handles the vision tower with M-RoPE."""
+- The torch backend only: the ``vlm-last-token`` head (core/backends/heads.py) runs ``Qwen2VLModel`` (or the
+  layout's) and gathers each row's last real token; no exporter or compiler handles the vision tower with M-RoPE."""
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Sequence
 
@@ -36,11 +38,24 @@ from core.tasks.embed import EmbedRequest, EmbedResult
 from core.tasks.prompts import resolve_prompt
 from core.tasks.vectors import shape_vectors
 
-#: model_type → the transformers processor class of the layout (both use Qwen2-VL's image processor)
-PROCESSORS = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor"}
-#: GME's default instruction (its system message) and the token appended after the generation prompt
-GME_INSTRUCTION = "You are a helpful assistant."
-GME_SUFFIX = "<|endoftext|>"
+#: model_type → the transformers processor class of the layout (all use Qwen2-VL's image processor)
+PROCESSORS = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen3_vl": "Qwen3VLProcessor"}
+
+
+@dataclass(frozen=True, slots=True)
+class InputFormat:
+    """How a layout's embedders write plain ``input`` as a conversation: the system message's default
+    instruction, and what follows the generation prompt (the token the vector is read at)."""
+
+    instruction: str
+    suffix: str = ""
+
+
+#: GME (gme_inference.py): "You are a helpful assistant." and <|endoftext|> after the generation prompt
+GME = InputFormat("You are a helpful assistant.", "<|endoftext|>")
+#: Qwen3-VL-Embedding: "Represent the user's input.", read at the generation prompt's last token
+QWEN3_VL_EMBEDDING = InputFormat("Represent the user's input.")
+INPUT_FORMATS = {"qwen2_vl": GME, "qwen2_5_vl": GME, "qwen3_vl": QWEN3_VL_EMBEDDING}
 #: the most tokens one image becomes: GME's model card bound (``max_image_tokens=1280``, 1280·28·28 pixels), applied
 #: when the folder's ``max_pixels`` allows more (Qwen2-VL's own allows 16384 tokens, whose vision attention over
 #: 65 536 patches would let one request hold a GPU for seconds)
@@ -71,19 +86,21 @@ class VlmItem:
     arrays: dict[str, np.ndarray]  # token rows (1-D) and, with images, pixel_values (patches, dim), image_grid_thw
     cost: int  # tokens, image tokens included
     length: int = 0
-    images: int = field(default=0)
+    images: int = 0
 
 
-def gme_conversation(text: str | None, image: int | None, instruction: str | None) -> Conversation:
-    """GME's input format (gme_inference.py): system instruction, the user turn with the image first, the
-    assistant's generation prompt, then ``<|endoftext|>``."""
+def input_conversation(text: str | None, image: int | None, instruction: str | None,
+                       form: InputFormat = GME) -> Conversation:
+    """A plain input as its layout's embedders write it (GME's gme_inference.py, Qwen3-VL-Embedding's script): the
+    system instruction, the user turn with the image first, the assistant's generation prompt, then the format's
+    suffix."""
     parts: list[dict[str, Any]] = []
     if image is not None:
         parts.append({"type": "image", "index": image})
     if text is not None:
         parts.append({"type": "text", "text": text})
-    return Conversation([{"role": "system", "content": instruction or GME_INSTRUCTION},
-                         {"role": "user", "content": parts}], add_generation_prompt=True, suffix=GME_SUFFIX)
+    return Conversation([{"role": "system", "content": instruction or form.instruction},
+                         {"role": "user", "content": parts}], add_generation_prompt=True, suffix=form.suffix)
 
 
 def images_only_processor(processor_class: type, image_processor, tokenizer, chat_template: str | None):
@@ -136,6 +153,7 @@ class VlmEmbedTask(Task):
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
         self.info, self.spec = info, spec
+        self.input_format = INPUT_FORMATS[info.model_type]
         folder = Path(info.folder)
         tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
         self.chat_template = folder_chat_template(folder, tokenizer)
@@ -183,11 +201,11 @@ class VlmEmbedTask(Task):
             raise InvalidInput(f"modality {request.modality!r} is not served by this model; its modalities: "
                                f"{list(self.modalities)}", param="modality")
         if request.modality == "image":
-            return [gme_conversation(None, i, None) for i in range(len(request.inputs or ()))]
+            return [input_conversation(None, i, None, self.input_format) for i in range(len(request.inputs or ()))]
         if request.token_ids is not None:
             raise InvalidInput("token-id input is not supported by vision–language models; send text", param="input")
         instruction = resolve_prompt(self.info, self.spec, request.prompt, request.prompt_name)
-        return [gme_conversation(text, None, instruction) for text in request.texts or ()]
+        return [input_conversation(text, None, instruction, self.input_format) for text in request.texts or ()]
 
     def prepare(self, request: EmbedRequest) -> list[VlmItem]:
         refuse_long_input_options(request, self.name)
@@ -244,8 +262,8 @@ class VlmEmbedTask(Task):
         """A text and an image conversation, as requests are prepared (one batch each)."""
         from PIL import Image
 
-        text = self.item(gme_conversation("warm up", None, None), [], where="warm-up")
-        image = self.item(gme_conversation(None, 0, None), [Image.new("RGB", (56, 56), (127, 127, 127))],
+        text = self.item(input_conversation("warm up", None, None, self.input_format), [], where="warm-up")
+        image = self.item(input_conversation(None, 0, None, self.input_format), [Image.new("RGB", (56, 56), (127, 127, 127))],
                           where="warm-up")
         return [self.collate([text]), self.collate([image, text])]
 

@@ -1,7 +1,8 @@
 """What is refused or bounded of the vision–language embedders, always by name with the reason and the alternative: the
 Qwen2-VL layout (GME) on any backend but torch (serving and converters), a Qwen2-VL folder asked to run as a text
-encoder, and the Qwen3-VL layout, which is not implemented (never served as a text encoder, whose mean-pooled
-vectors would differ from the model card's chat-template, last-token ones)."""
+encoder, a Qwen2-VL-layout model with its own code, and Qwen3-VL's mixture-of-experts layout, which is not
+implemented (never served as a text encoder, whose mean-pooled vectors would differ from the model card's
+chat-template, last-token ones)."""
 
 from __future__ import annotations
 
@@ -61,14 +62,14 @@ def test_task_embed_on_a_qwen2_vl_folder_names_the_vlm_task(gme_dir):
 
 
 @pytest.mark.parametrize("task", ["auto", "embed"])
-def test_qwen3_vl_layout_is_refused_with_the_alternative(gme_dir, tmp_path, task):
-    """Qwen3-VL (Qwen3-VL-Embedding) has another vision tower and processor: not implemented, refused at load."""
-    folder = tmp_path / "qwen3-vl"
+def test_qwen3_vl_moe_layout_is_refused_with_the_alternative(gme_dir, tmp_path, task):
+    """Qwen3-VL's mixture-of-experts layout is not implemented (nor tested): refused at load, never a text encoder."""
+    folder = tmp_path / "qwen3-vl-moe"
     shutil.copytree(gme_dir, folder)
     config = json.loads((folder / "config.json").read_text())
-    config.update(model_type="qwen3_vl", architectures=["Qwen3VLForConditionalGeneration"])
+    config.update(model_type="qwen3_vl_moe", architectures=["Qwen3VLMoeForConditionalGeneration"])
     (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(Unsupported, match="'qwen3_vl' is a vision–language model.*not implemented.*model card's code"):
+    with pytest.raises(Unsupported, match="'qwen3_vl_moe' is a vision–language model.*not implemented.*model card"):
         Engine.load(ModelSpec(path=Path(folder), backend="torch", task=task), Settings(threads=2))
 
 

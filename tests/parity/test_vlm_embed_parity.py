@@ -1,12 +1,14 @@
-"""Vision–language embedders of the Qwen2-VL layout (GME-Qwen2-VL) and of Qwen2.5-VL, on tiny models saved as GME
-publishes its own (``*ForConditionalGeneration`` weights, Qwen2-VL's processor files and chat template).
+"""Vision–language embedders of the Qwen2-VL layout (GME-Qwen2-VL), of Qwen2.5-VL and of Qwen3-VL
+(Qwen3-VL-Embedding), on tiny models saved as the published ones are (``*ForConditionalGeneration`` weights, the
+processor files and chat template as Qwen2-VL-Instruct publishes them).
 
-The reference is transformers' own code as the model card uses it: Qwen2-VL's processor (its PIL image processor;
-the video processor needs torchvision, which this environment lacks) on the formatted conversation, the model's
-forward, the last token's state, L2-normalized. For ``input`` texts and images the conversation is written as
-GME's ``gme_inference.py`` writes it (system instruction, image then text, generation prompt, ``<|endoftext|>``);
-for ``messages`` it is the processor's ``apply_chat_template``. Each reference vector comes from a forward of
-that conversation alone; the server's come from padded batches."""
+The reference is transformers' own code as the model cards use it: the layout's processor (its PIL image
+processor; the video processor needs torchvision, which this environment lacks) on the formatted conversation, the
+model's forward, the last token's state, L2-normalized. For ``input`` texts and images the conversation is written
+as the layout's embedders write it: GME's ``gme_inference.py`` format string (system instruction, image then text,
+generation prompt, ``<|endoftext|>``), or Qwen3-VL-Embedding's (its instruction as the system message through the
+chat template, generation prompt); for ``messages`` it is the processor's ``apply_chat_template``. Each reference
+vector comes from a forward of that conversation alone; the server's come from padded batches."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from tests.support.engines import run_concurrently
 
 MIN_COSINE = 0.99999
 GME_DEFAULT = "You are a helpful assistant."
+QWEN3_VL_EMBEDDING_DEFAULT = "Represent the user's input."
 QUERY_INSTRUCTION = "Find an image that matches the given text."
 
 
@@ -102,9 +105,19 @@ def reference(family):
         return torch.nn.functional.normalize(last, dim=-1)[0].numpy()
 
     def gme(text, image, instruction=None):
+        """GME's gme_inference.py: its own format string."""
         content = ("<|vision_start|><|image_pad|><|vision_end|>" if image is not None else "") + (text or "")
         prompt = (f"<|im_start|>system\n{instruction or GME_DEFAULT}<|im_end|>\n<|im_start|>user\n{content}"
                   "<|im_end|>\n<|im_start|>assistant\n<|endoftext|>")
+        return forward(prompt, [] if image is None else [image])
+
+    def qwen3_vl_embedding(text, image, instruction=None):
+        """Qwen3-VL-Embedding's script: system instruction and user turn through the chat template, generation
+        prompt added, the last token read."""
+        parts = ([{"type": "image"}] if image is not None else []) + ([{"type": "text", "text": text}] if text else [])
+        prompt = processor.apply_chat_template(
+            [{"role": "system", "content": [{"type": "text", "text": instruction or QWEN3_VL_EMBEDDING_DEFAULT}]},
+             {"role": "user", "content": parts}], tokenize=False, add_generation_prompt=True)
         return forward(prompt, [] if image is None else [image])
 
     def chat(messages, add_generation_prompt, continue_final_message):
@@ -125,7 +138,8 @@ def reference(family):
                                                continue_final_message=continue_final_message)
         return forward(prompt, images)
 
-    return type("Reference", (), {"gme": staticmethod(gme), "chat": staticmethod(chat)})
+    plain = qwen3_vl_embedding if family == "qwen3_vl" else gme  # the layout's own convention for plain input
+    return type("Reference", (), {"gme": staticmethod(gme), "plain": staticmethod(plain), "chat": staticmethod(chat)})
 
 
 @pytest.fixture(scope="session")
@@ -134,7 +148,7 @@ def engine(family):
 
 
 def _report(family: str, what: str, got, ref) -> float:
-    family = {"qwen2_vl": "gme-qwen2-vl", "qwen2_5_vl": "qwen2.5-vl"}[family]
+    family = {"qwen2_vl": "gme-qwen2-vl", "qwen2_5_vl": "qwen2.5-vl", "qwen3_vl": "qwen3-vl-embedding"}[family]
     got, ref = np.atleast_2d(np.asarray(got)), np.atleast_2d(np.asarray(ref))
     cos = (got * ref).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(ref, axis=1)
     print(f"\n[parity] {family} torch {what}: min cosine {cos.min():.7f} over {len(cos)}")
@@ -150,16 +164,16 @@ def test_auto_serves_it_on_torch_as_a_vision_language_embedder(family, engine):
 
 
 @pytest.mark.parametrize("instruction", [None, QUERY_INSTRUCTION])
-def test_input_texts_follow_gmes_convention(family, engine, reference, sentences, instruction):
+def test_input_texts_follow_the_layouts_convention(family, engine, reference, sentences, instruction):
     texts = sentences[:12]
     got = engine.run_sync(EmbedRequest(texts=texts, prompt=instruction)).vectors  # one padded batch
-    ref = np.stack([reference.gme(t, None, instruction) for t in texts])
+    ref = np.stack([reference.plain(t, None, instruction) for t in texts])
     _report(family, f"input texts (instruction={instruction is not None})", got, ref)
 
 
-def test_input_images_follow_gmes_convention(family, engine, reference):
+def test_input_images_follow_the_layouts_convention(family, engine, reference):
     got = engine.run_sync(EmbedRequest(modality="image", inputs=URIS)).vectors
-    ref = np.stack([reference.gme(None, im) for im in IMAGES])
+    ref = np.stack([reference.plain(None, im) for im in IMAGES])
     _report(family, "input images (4 sizes, one resized down)", got, ref)
 
 
@@ -225,7 +239,7 @@ def test_messages_over_http_and_in_process(family, reference):
         r = client.post("/v1/embeddings", json={"model": "gme", "modality": "image", "input": URIS[:2]})
         assert r.status_code == 200, r.text
         _report(family, "image input over HTTP", [d["embedding"] for d in r.json()["data"]],
-                [reference.gme(None, im) for im in IMAGES[:2]])
+                [reference.plain(None, im) for im in IMAGES[:2]])
         r = client.get("/v1/models")
         card = next(m for m in r.json()["data"] if m["id"] == "gme")
         assert card["modalities"] == ["text", "image"] and card["task"] == "vlm_embed"
@@ -238,4 +252,4 @@ def test_messages_over_http_and_in_process(family, reference):
 
     chats, texts = asyncio.run(in_process())
     _report(family, "messages in-process", chats, np.stack([reference.chat(*c) for c in conversations.values() if c[1]]))
-    _report(family, "input text in-process", texts, reference.gme("a tiny red boat", None, QUERY_INSTRUCTION)[None])
+    _report(family, "input text in-process", texts, reference.plain("a tiny red boat", None, QUERY_INSTRUCTION)[None])

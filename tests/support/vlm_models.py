@@ -32,9 +32,8 @@ QWEN2_VL_CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
-#: image size bounds of the tiny processor: 4 to 36 merged tokens (16 to 144 patches of 14 px) per image
-MIN_PIXELS = 4 * 28 * 28
-MAX_PIXELS = 36 * 28 * 28
+#: image size bounds of the tiny processor: 4 to 36 merged tokens (16 to 144 patches) per image
+MIN_TOKENS, MAX_TOKENS = 4, 36
 
 
 def build_tokenizer(out: Path):
@@ -54,10 +53,11 @@ def build_tokenizer(out: Path):
 
 #: the layouts built here: model_type → (processor class, the class whose weights are saved)
 FAMILIES = {"qwen2_vl": ("Qwen2VLProcessor", "Qwen2VLForConditionalGeneration"),
-            "qwen2_5_vl": ("Qwen2_5_VLProcessor", "Qwen2_5_VLForConditionalGeneration")}
+            "qwen2_5_vl": ("Qwen2_5_VLProcessor", "Qwen2_5_VLForConditionalGeneration"),
+            "qwen3_vl": ("Qwen3VLProcessor", "Qwen3VLForConditionalGeneration")}
 
 
-def build_processor(out: Path, processor_class: str = "Qwen2VLProcessor"):
+def build_processor(out: Path, processor_class: str = "Qwen2VLProcessor", *, patch: int = 14, mean=None, std=None):
     """Qwen2-VL's processor files as Qwen2-VL-Instruct (and GME) publish them: ``preprocessor_config.json`` naming
     ``Qwen2VLImageProcessor`` with ``min_pixels``/``max_pixels``, ``chat_template.json``, the tokenizer. Returns
     the tokenizer."""
@@ -65,10 +65,11 @@ def build_processor(out: Path, processor_class: str = "Qwen2VLProcessor"):
 
     tokenizer = build_tokenizer(out)
     tokenizer.save_pretrained(str(out))
+    token = (patch * 2) ** 2  # the pixels of one merged token (2×2 patches)
     (out / "preprocessor_config.json").write_text(json.dumps({
-        "min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS, "patch_size": 14, "temporal_patch_size": 2,
-        "merge_size": 2, "image_mean": [0.48145466, 0.4578275, 0.40821073],
-        "image_std": [0.26862954, 0.26130258, 0.27577711], "image_processor_type": "Qwen2VLImageProcessor",
+        "min_pixels": MIN_TOKENS * token, "max_pixels": MAX_TOKENS * token, "patch_size": patch,
+        "temporal_patch_size": 2, "merge_size": 2, "image_mean": mean or [0.48145466, 0.4578275, 0.40821073],
+        "image_std": std or [0.26862954, 0.26130258, 0.27577711], "image_processor_type": "Qwen2VLImageProcessor",
         "processor_class": processor_class}, indent=2))
     (out / "chat_template.json").write_text(json.dumps({"chat_template": QWEN2_VL_CHAT_TEMPLATE}, indent=2))
     (out / "chat_template.jinja").unlink(missing_ok=True)  # the template travels in chat_template.json only
@@ -82,7 +83,10 @@ def build_qwen2_vl(out: Path, *, family: str = "qwen2_vl") -> None:
     import transformers
 
     processor_class, architecture = FAMILIES[family]
-    tok = build_processor(out, processor_class)
+    if family == "qwen3_vl":  # Qwen3-VL's image processing: 16 px patches, mean and std 0.5
+        tok = build_processor(out, processor_class, patch=16, mean=[0.5] * 3, std=[0.5] * 3)
+    else:
+        tok = build_processor(out, processor_class)
     ids = {t: tok.convert_tokens_to_ids(t) for t in VLM_SPECIAL_TOKENS}
     torch.manual_seed(91)
     vision = dict(depth=2, num_heads=4, patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
@@ -90,16 +94,25 @@ def build_qwen2_vl(out: Path, *, family: str = "qwen2_vl") -> None:
     if family == "qwen2_vl":
         vision.update(embed_dim=32, hidden_size=64)
         config_class = transformers.Qwen2VLConfig
-    else:  # windowed attention in the first block (56 px windows: 2×2 merged tokens), full in the second
+    elif family == "qwen2_5_vl":  # windowed attention in the first block (56 px windows: 2×2 merged tokens)
         vision.update(hidden_size=32, intermediate_size=64, out_hidden_size=64, window_size=56,
                       fullatt_block_indexes=[1])
         config_class = transformers.Qwen2_5_VLConfig
+    else:  # Qwen3-VL: 16 px patches, learned positions interpolated per image, a deepstack layer
+        vision.update(hidden_size=32, intermediate_size=64, out_hidden_size=64, patch_size=16,
+                      num_position_embeddings=64, deepstack_visual_indexes=[0])
+        config_class = transformers.Qwen3VLConfig
+    text = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 10000.0},
+                initializer_range=0.2, pad_token_id=ids["<|endoftext|>"])
+    if family == "qwen3_vl":
+        text.update(head_dim=16, rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3],
+                                                  "mrope_interleaved": True, "rope_theta": 10000.0})
+    else:
+        text.update(bos_token_id=None, eos_token_id=ids["<|im_end|>"])
     config = config_class(
-        text_config=dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                         rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 10000.0},
-                         initializer_range=0.2, bos_token_id=None, eos_token_id=ids["<|im_end|>"],
-                         pad_token_id=ids["<|endoftext|>"]),
+        text_config=text,
         vision_config=vision,
         image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
