@@ -71,6 +71,8 @@ def test_images_by_url_and_by_data_uri_give_one_vector(client, media_server):
     ({"messages": _user({"type": "text", "text": "x"}), "add_generation_prompt": True, "continue_final_message": True},
      400, "invalid_input", "cannot both be true"),
     ({"messages": _user({"type": "text", "text": "x"}), "modality": "image"}, 400, "invalid_input", "'modality'"),
+    ({"messages": _user({"type": "text", "text": "x"}), "prompt": "Find it."}, 400, "invalid_input",
+     "'prompt' does not apply to 'messages'"),
     ({"input": "x", "modality": "audio"}, 400, "invalid_input", "its modalities: ['text', 'image']"),
     ({"input": [[5, 6, 7]]}, 400, "invalid_input", "token-id input"),
     ({"input": "x", "dimensions": 65}, 400, "invalid_input", "exceeds the model's dimension 64"),

@@ -33,9 +33,13 @@ def embed_request(settings: Settings, value: Any, *, modality: str = "text", tru
     if (value is None) == (messages is None):
         raise InvalidInput("send exactly one of 'input' and 'messages'", param="input" if value is None else "messages")
     if messages is not None:
-        if modality != "text" or task is not None or chunking or late_chunking:
-            which = "modality" if modality != "text" else "task" if task is not None else "chunking"
-            raise InvalidInput(f"'{which}' does not apply to 'messages' (their parts say what they hold)", param=which)
+        options = {"modality": modality != "text", "task": task is not None, "prompt": prompt is not None,
+                   "prompt_name": prompt_name is not None, "input_type": input_type is not None,
+                   "chunking": bool(chunking), "late_chunking": bool(late_chunking)}
+        for which, given in options.items():
+            if given:
+                raise InvalidInput(f"'{which}' does not apply to 'messages': the conversation says what it holds "
+                                   "(an instruction goes in a system message)", param=which)
         conversation, refs = chat_messages(messages, settings, add_generation_prompt=add_generation_prompt,
                                            continue_final_message=continue_final_message)
         from core.media import MediaFetcher, MediaLimits
