@@ -124,10 +124,10 @@ def read_model_info(folder: Path, *, max_length: int | None = None) -> ModelInfo
     )
 
 
-#: architectures (config.json) served by a multi-modal task; anything else is a text encoder
 #: vision–language embedders of the Qwen2-VL layout (GME, Qwen3-VL-Embedding): served by the vlm_embed task
 VLM_EMBED_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
 
+#: architectures (config.json) served by a multi-modal task; anything else is a text encoder
 MULTIMODAL_ARCHITECTURES = {
     "CLIPModel": "clip",
     "SiglipModel": "clip",

@@ -47,6 +47,8 @@ def _towers(model: Any, feeds: dict) -> dict:
 def _multi_vector(model: Any, feeds: dict) -> dict:
     """ColPali: one projected, L2-normalized vector per token (page-image patches or query tokens)."""
     return {"embeddings": model(**feeds).embeddings}
+
+
 def _vlm_last_token(model: Any, feeds: dict) -> dict:
     """Vision–language embedders (Qwen2-VL layout): the last hidden state at each row's last real token (rows are
     right-padded), (batch, hidden). The model computes the M-RoPE positions from ``mm_token_type_ids`` and

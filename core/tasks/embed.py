@@ -89,7 +89,8 @@ class EmbedTask(TextTask):
                 f"{info.folder}: model_type {info.model_type!r} is a vision–language model; its embedders format text "
                 "and images through the chat template and pool the last token, so served as a text encoder it would "
                 "give different vectors. " + ("Serve it with task 'vlm_embed' (what task 'auto' picks)" if served else
-                f"Its layout is not implemented (the vlm_embed task serves {sorted(VLM_EMBED_TYPES)}); serve it with its "
+                f"Its layout is not implemented (the vlm_embed task serves {sorted(VLM_EMBED_TYPES)}); serve it with "
+                "its "
                 "model card's code"), code="unsupported_architecture")
         super().__init__(info, spec)
         self.spec = spec

@@ -103,6 +103,11 @@ def input_conversation(text: str | None, image: int | None, instruction: str | N
                          {"role": "user", "content": parts}], add_generation_prompt=True, suffix=form.suffix)
 
 
+def _param(where: str) -> str:
+    """The request field an item's error names: ``messages`` for a conversation sent as such, else ``input``."""
+    return "messages" if where == "messages" else "input"
+
+
 def images_only_processor(processor_class: type, image_processor, tokenizer, chat_template: str | None):
     """transformers' processor of the layout without its video processor, which needs torchvision (the
     processor's constructor checks every part's class, and that class cannot be imported without it); the
@@ -231,7 +236,7 @@ class VlmEmbedTask(Task):
             for text in texts:
                 if any(t in text for t in PLACEHOLDERS):
                     raise InvalidInput(f"{where}: text may not hold the image placeholder tokens {list(PLACEHOLDERS)}; "
-                                       "send images as image_url parts", param="messages" if where == "messages" else "input")
+                                       "send images as image_url parts", param=_param(where))
         try:
             with self.lock:
                 prompt = self.tokenizer.apply_chat_template(
@@ -240,7 +245,7 @@ class VlmEmbedTask(Task):
                     continue_final_message=conversation.continue_final_message)
         except (TemplateError, ValueError) as exc:
             raise InvalidInput(f"{where}: the model's chat template refused the messages: {exc}",
-                               param="messages") from None
+                               param=_param(where)) from None
         return prompt + conversation.suffix
 
     def item(self, conversation: Conversation, images: list, *, where: str) -> VlmItem:
@@ -254,8 +259,7 @@ class VlmEmbedTask(Task):
         length = int(arrays["input_ids"].shape[0])
         if length > self.max_length:
             raise TooLarge(f"{where} makes {length} tokens (images included); the model's limit is {self.max_length}. "
-                           "It is not cut: the vector is read at its last token", param="messages"
-                           if where == "messages" else "input")
+                           "It is not cut: the vector is read at its last token", param=_param(where))
         return VlmItem(arrays, length, length, len(images))
 
     def warmup_batches(self, batch_tokens: int, max_batch_size: int) -> list[Mapping[str, np.ndarray]]:
@@ -263,8 +267,8 @@ class VlmEmbedTask(Task):
         from PIL import Image
 
         text = self.item(input_conversation("warm up", None, None, self.input_format), [], where="warm-up")
-        image = self.item(input_conversation(None, 0, None, self.input_format), [Image.new("RGB", (56, 56), (127, 127, 127))],
-                          where="warm-up")
+        blank = Image.new("RGB", (56, 56), (127, 127, 127))
+        image = self.item(input_conversation(None, 0, None, self.input_format), [blank], where="warm-up")
         return [self.collate([text]), self.collate([image, text])]
 
     # inference thread ---------------------------------------------------------------------------

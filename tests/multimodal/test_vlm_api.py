@@ -45,8 +45,9 @@ def _post(client, **body):
 
 def test_images_by_url_and_by_data_uri_give_one_vector(client, media_server):
     url = media_server.add("/vlm/small.png", Route(SMALL, "image/png"))
-    by_url = _post(client, messages=_user(_image(url), {"type": "text", "text": "a red square"}))
-    by_uri = _post(client, messages=_user(_image(data_uri(SMALL, "image/png")), {"type": "text", "text": "a red square"}))
+    text = {"type": "text", "text": "a red square"}
+    by_url = _post(client, messages=_user(_image(url), text))
+    by_uri = _post(client, messages=_user(_image(data_uri(SMALL, "image/png")), text))
     assert by_url.status_code == 200 and by_uri.status_code == 200, (by_url.text, by_uri.text)
     a, b = (np.asarray(r.json()["data"][0]["embedding"]) for r in (by_url, by_uri))
     assert float(a @ b) > 0.99999
@@ -63,7 +64,8 @@ def test_images_by_url_and_by_data_uri_give_one_vector(client, media_server):
     ({"messages": ["hello"]}, 400, "invalid_input", "messages[0] must be an object"),
     ({"messages": [{"role": "tool", "content": "x"}]}, 400, "invalid_input", "messages[0].role"),
     ({"messages": [{"role": "user", "content": []}]}, 400, "invalid_input", "non-empty list of parts"),
-    ({"messages": _user({"type": "video_url", "video_url": {"url": "x"}})}, 400, "invalid_input", "got type 'video_url'"),
+    ({"messages": _user({"type": "video_url", "video_url": {"url": "x"}})}, 400, "invalid_input",
+     "got type 'video_url'"),
     ({"messages": _user({"type": "image_url", "image_url": "data:image/png;base64,AAAA"})}, 400, "invalid_input",
      "an image_url part is"),
     ({"messages": _user({"type": "text", "text": 5})}, 400, "invalid_input", "content[0]"),

@@ -71,7 +71,8 @@ def _conversations():
         "image": ([{"role": "user", "content": [img(0)]}], True, False),
         "interleaved": ([{"role": "user", "content": [{"type": "text", "text": "left:"}, img(1),
                                                       {"type": "text", "text": "right:"}, img(2),
-                                                      {"type": "text", "text": "which one is brighter?"}]}], True, False),
+                                                      {"type": "text", "text": "which one is brighter?"}]}],
+                        True, False),
         "gme-suffix": ([{"role": "user", "content": [img(3), {"type": "text", "text": "a photo"}]},
                         {"role": "assistant", "content": "<|endoftext|>"}], False, True),
     }
@@ -220,7 +221,8 @@ def test_a_batch_mixing_text_images_and_interleaved_equals_each_alone(family, en
     _report(family, "mixed batch vs reference", mixed, np.stack([reference.chat(*_conversations()[n]) for n in names]))
     # and through the batcher: concurrent requests of every kind
     concurrent = run_concurrently(engine, [_chat_request([n]) for n in names] * 2)
-    _report(family, "concurrent requests", np.concatenate([r.vectors for r in concurrent]), np.concatenate([alone, alone]))
+    _report(family, "concurrent requests", np.concatenate([r.vectors for r in concurrent]),
+            np.concatenate([alone, alone]))
 
 
 def test_messages_over_http_and_in_process(family, reference):
@@ -251,5 +253,6 @@ def test_messages_over_http_and_in_process(family, reference):
             return chats, texts
 
     chats, texts = asyncio.run(in_process())
-    _report(family, "messages in-process", chats, np.stack([reference.chat(*c) for c in conversations.values() if c[1]]))
+    _report(family, "messages in-process", chats,
+            np.stack([reference.chat(*c) for c in conversations.values() if c[1]]))
     _report(family, "input text in-process", texts, reference.plain("a tiny red boat", None, QUERY_INSTRUCTION)[None])

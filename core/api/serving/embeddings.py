@@ -44,8 +44,9 @@ def embed_request(settings: Settings, value: Any, *, modality: str = "text", tru
                                            continue_final_message=continue_final_message)
         from core.media import MediaFetcher, MediaLimits
 
+        media = MediaFetcher(MediaLimits.from_settings(settings), deadline=deadline)
         return EmbedRequest(conversations=[conversation], inputs=refs, normalize=normalize, dimensions=dimensions,
-                            truncate=truncate, media=MediaFetcher(MediaLimits.from_settings(settings), deadline=deadline))
+                            truncate=truncate, media=media)
     if modality != "text":
         from core.media import MediaFetcher, MediaLimits
 
