@@ -29,8 +29,9 @@ log = logging.getLogger(__name__)
 #: each side, letters, digits, ``-``, ``_`` and ``.``; no ``--`` or ``..``)
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 
-#: files every backend reads beside its weights: configs, tokenizers (vocab/merges, sentencepiece, tiktoken)
-_META_SUFFIXES = (".json", ".txt", ".model", ".tiktoken")
+#: files every backend reads beside its weights: configs, tokenizers (vocab/merges, sentencepiece, tiktoken), chat
+#: templates (vision–language embedders)
+_META_SUFFIXES = (".json", ".txt", ".model", ".tiktoken", ".jinja")
 #: sentence-transformers module folders (``1_Pooling``, ``2_Dense``, ``3_Normalize`` …)
 _MODULE_DIR = re.compile(r"\d+_[^/]+")
 #: weights of BGE-M3-style heads beside the encoder (see core/tasks/multi_output.py)

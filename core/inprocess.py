@@ -75,6 +75,22 @@ class AsyncEngine:
         vectors = [p.result.vectors for p in parts]
         return np.concatenate(vectors) if isinstance(vectors[0], np.ndarray) else [v for part in vectors for v in part]
 
+    async def embed_messages(self, conversations: list[list[dict]], model: str | None = None, *,
+                             timeout_s: float | None = None, **options: Any) -> np.ndarray:
+        """Vision–language embedders: one vector per chat conversation (each as ``/v1/embeddings``' ``messages``:
+        ``[{role, content}]``, content a string or text / image_url parts), in order; ``options`` as
+        ``/v1/embeddings``' (normalize, dimensions, add_generation_prompt, continue_final_message). The
+        conversations go as one request each, all queued at once."""
+        deadline = self._deadline(timeout_s)
+        await self._serving.registry.ensure_started()
+        parts = await asyncio.gather(*(
+            embeddings.embed(self._serving, model, None, messages=messages, deadline=deadline, **options)
+            for messages in conversations
+        ))
+        if not parts:
+            return np.zeros((0, 0), np.float32)
+        return np.concatenate([p.result.vectors for p in parts])
+
     async def embed_sparse(self, texts: list[str], model: str | None = None, *, truncate: bool = True,
                            timeout_s: float | None = None) -> list:
         """Sparse vectors (``indices``, ``values``), one per text."""

@@ -124,6 +124,9 @@ def read_model_info(folder: Path, *, max_length: int | None = None) -> ModelInfo
     )
 
 
+#: vision–language embedders of the Qwen2-VL layout (GME, Qwen3-VL-Embedding): served by the vlm_embed task
+VLM_EMBED_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
+
 #: architectures (config.json) served by a multi-modal task; anything else is a text encoder
 MULTIMODAL_ARCHITECTURES = {
     "CLIPModel": "clip",
@@ -241,8 +244,10 @@ def detect_task(info: ModelInfo) -> str:
     ``*ForSequenceClassification`` with one label (or a sentence-transformers CrossEncoder) → rerank, with
     more labels → classify; ``*ForMaskedLM`` without a pooling module → sparse (SPLADE); a ColBERT folder
     → late_interaction; ``sparse_linear`` + ``colbert_linear`` heads (BGE-M3) → multi_output;
-    CLIP/SigLIP/CLAP/ColPali architectures → their multi-modal task; a causal-LM reranker
-    (``is_llm_reranker``) → llm_rerank; anything else → embed."""
+    CLIP/SigLIP/CLAP/ColPali architectures → their multi-modal task; a Qwen2-VL-layout model (GME) →
+    vlm_embed; a causal-LM reranker (``is_llm_reranker``) → llm_rerank; anything else → embed."""
+    if info.model_type in VLM_EMBED_TYPES:
+        return "vlm_embed"
     for arch in info.architectures:
         if arch in MULTIMODAL_ARCHITECTURES:
             return MULTIMODAL_ARCHITECTURES[arch]

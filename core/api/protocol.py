@@ -39,7 +39,17 @@ class LateChunking(_Request):
 
 
 class EmbeddingRequest(_Request):
-    input: EmbeddingInput = Field(description="a string, a list of strings, or token-id arrays")
+    input: EmbeddingInput | None = Field(
+        default=None, description="a string, a list of strings, or token-id arrays (exactly one of input and messages)")
+    messages: list[Any] | None = Field(
+        default=None, description="vision–language embedders: one chat conversation (vLLM's chat embeddings), "
+        "[{role, content}] with content a string or a list of parts {type: text, text} / {type: image_url, "
+        "image_url: {url}}; one vector for the whole conversation")
+    add_generation_prompt: bool = Field(
+        default=False, description="messages: end with the chat template's generation prompt (assistant turn)")
+    continue_final_message: bool = Field(
+        default=False, description="messages: leave the final message open (no end-of-turn), e.g. an assistant "
+        "message holding a model's pooling token")
     model: str | None = Field(default=None, description="served model name; optional with one model")
     encoding_format: Literal["float", "base64", "base64_packed"] = Field(
         default="float", description="float: JSON numbers; base64: little-endian float32 (quantized types too: "

@@ -47,6 +47,20 @@ def _towers(model: Any, feeds: dict) -> dict:
 def _multi_vector(model: Any, feeds: dict) -> dict:
     """ColPali: one projected, L2-normalized vector per token (page-image patches or query tokens)."""
     return {"embeddings": model(**feeds).embeddings}
+
+
+def _vlm_last_token(model: Any, feeds: dict) -> dict:
+    """Vision–language embedders (Qwen2-VL layout): the last hidden state at each row's last real token (rows are
+    right-padded), (batch, hidden). The model computes the M-RoPE positions from ``mm_token_type_ids`` and
+    ``image_grid_thw`` and merges the vision tower's output into the image tokens."""
+    import torch
+
+    extra = {"use_cache": False} if _takes_use_cache(type(model)) else {}
+    hidden = model(**feeds, **extra).last_hidden_state
+    last = feeds["attention_mask"].sum(dim=1) - 1
+    return {"embeddings": hidden[torch.arange(hidden.shape[0], device=hidden.device), last]}
+
+
 def _logits(model: Any, feeds: dict) -> dict:
     return {"logits": model(**feeds).logits}
 
@@ -88,6 +102,9 @@ class Head:
     call: Callable[[Any, dict], dict]  # torch: model, feeds → {output name: tensor}
     #: the feeds the call takes; None: those named in the model's forward signature (torch)
     inputs: tuple[str, ...] | None = None
+    #: why only the torch backend computes this head (None: every backend may); the backend choice refuses the
+    #: others by name and ``auto`` picks torch, whatever artifacts the folder holds
+    torch_only: str | None = None
 
 
 HEADS: dict[str, Head] = {
@@ -101,6 +118,11 @@ HEADS: dict[str, Head] = {
     # LLM rerankers: the next token's logits after a left-padded prompt, (batch, vocab)
     "causal-lm": Head("causal-lm", "AutoModelForCausalLM", ("next_token_logits",), _next_token_logits,
                       ("input_ids", "attention_mask")),
+    # vision–language embedders (Qwen2-VL layout): the last real token's state, (batch, hidden)
+    "vlm-last-token": Head("vlm-last-token", "AutoModel", ("embeddings",), _vlm_last_token,
+                           ("input_ids", "attention_mask", "mm_token_type_ids", "pixel_values", "image_grid_thw"),
+                           torch_only="a vision–language embedder (Qwen2-VL layout): its vision tower and M-RoPE "
+                                      "positions have no ONNX export, CTranslate2 conversion or Neuron compilation"),
     # SPLADE: (batch, seq, vocab)
     "masked-lm": Head("masked-lm", "AutoModelForMaskedLM", ("logits",), _logits),
     # SPLADE, pooled: (batch, vocab)

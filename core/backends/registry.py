@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.backends.base import Backend
+from core.backends.heads import get_head
 from core.config import ModelSpec
 from core.errors import InvalidInput, MissingDependency, Unsupported, install_hint
 from core.loading import (ONNX_DTYPE_ALIASES, ONNX_GRAPHS, PARITY_RECORD, checked_with_own_code, custom_code,
@@ -89,9 +90,14 @@ def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None =
     and ``auto_export``: the settings of the export cache; ``threads``: the runtime threads of a measurement."""
     from core.export_cache import ExportUnavailable, cached_or_export, has_torch_weights
 
+    torch_only = get_head(head).torch_only if head is not None else None
     if spec.backend != "auto":
         if spec.backend not in BACKENDS:
             raise InvalidInput(f"unknown backend {spec.backend!r}; known: {sorted(BACKENDS)}")
+        if torch_only and spec.backend != "torch":
+            raise Unsupported(f"model {spec.served_name!r} is {torch_only}, so backend {spec.backend!r} would "
+                              "compute other vectors or none; serve it with backend 'torch' (or 'auto')",
+                              code="unsupported_architecture")
         if spec.backend == "onnx" and not onnx_graph_names(spec.dtype):
             raise InvalidInput(f"onnx backend: dtype {spec.dtype!r} not supported; use one of "
                                f"{sorted([*ONNX_GRAPHS, *ONNX_DTYPE_ALIASES])}")
@@ -99,6 +105,8 @@ def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None =
             raise InvalidInput(missing_graph_message(spec))
         check_own_code_artifact(spec)
         return Choice(spec.backend, "set in the model spec")
+    if torch_only:  # before the folder's artifacts: none of them computes this head
+        return Choice("torch", f"{torch_only}: torch")
     kind = spec.device.partition(":")[0]
     if (spec.path / "neuron" / "manifest.json").exists() and kind != "cuda":
         return Choice("neuron", "the folder holds compiled Neuron buckets (neuron/manifest.json)")

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from core.backends.ct2 import CT2_SUBDIR, check_architecture
-from core.convert.files import copy_model_files
+from core.convert.files import copy_model_files, refuse_torch_only
 from core.errors import Unsupported, require
 from core.loading import PARITY_RECORD, custom_code
 
@@ -33,6 +33,7 @@ def convert_folder(src: Path, dst: Path, *, quantization: str | None = None, for
     (``ct2/parity.json`` records that; the backend serves such a model only with it)."""
     src, dst = Path(src), Path(dst)
     config = json.loads((src / "config.json").read_text())
+    refuse_torch_only(src, None, "a CTranslate2 conversion")
     code = custom_code(config)
     if code is not None and not trust_remote_code:
         raise Unsupported(

@@ -13,6 +13,21 @@ from core.errors import require
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ot")
 
 
+def refuse_torch_only(src: Path, head: str | None, converter: str) -> None:
+    """Raise ``Unsupported`` before anything is written when the head the folder's task runs (``head``; None: the
+    detected task's) has no path but torch (a vision–language embedder): a converted artifact would compute other
+    vectors or none."""
+    from core.backends.heads import get_head
+    from core.errors import Unsupported
+    from core.loading import detect_task, read_model_info
+    from core.tasks import task_class
+
+    reason = get_head(head or task_class(detect_task(read_model_info(src))).head).torch_only
+    if reason:
+        raise Unsupported(f"{src} is {reason}; {converter} would give other vectors or none. Serve the folder itself "
+                          "with backend 'torch' (what 'auto' picks for it)", code="unsupported_architecture")
+
+
 def copy_model_files(src: Path, dst: Path) -> None:
     """Copy everything but the encoder's weights (config, tokenizer, sentence-transformers modules, and the
     weights of module folders such as ``2_Dense``, which the task runs itself)."""

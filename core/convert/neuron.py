@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from core.backends.buckets import Bucket, Manifest, ManifestEntry, plan_buckets
-from core.convert.files import copy_model_files
+from core.convert.files import copy_model_files, refuse_torch_only
 from core.errors import require
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,7 @@ def compile_buckets(src: Path, dst: Path, *, batch_sizes: Iterable[int] = DEFAUL
     """Plan the buckets, compile each into ``dst/neuron/<bucket>``, copy the model files, write the manifest."""
     src, dst = Path(src), Path(dst)
     config = json.loads((src / "config.json").read_text())
+    refuse_torch_only(src, None, "a Neuron compilation")
     buckets = plan_buckets(batch_sizes, sequence_lengths, max_positions=config.get("max_position_embeddings"))
     if compile_bucket is None:
         require("optimum.neuron", "neuron")

@@ -22,7 +22,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from core.backends.heads import accepted_inputs, get_head, is_feed_forward, load_head_class
-from core.convert.files import copy_model_files
+from core.convert.files import copy_model_files, refuse_torch_only
 from core.convert.fusion import optimize_transformer
 from core.errors import Unsupported, require
 from core.loading import custom_code, task_adapters
@@ -251,10 +251,11 @@ def export_folder(
     config = model_config(src)
     if custom_code(config) is not None and not trust_remote_code:
         raise refuse_custom_code(src, config, custom_code(config))
+    head = head or head_for_folder(src)
+    refuse_torch_only(src, head, "an ONNX export")
     dst.mkdir(parents=True, exist_ok=True)
     copy_model_files(src, dst)
     onnx_file = dst / "onnx" / "model.onnx"
-    head = head or head_for_folder(src)
     with _stage(f"export ({head} head, fp32)", onnx_file):
         export_head(src, onnx_file, head, opset=opset, trust_remote_code=trust_remote_code)
     st_config = dst / "config_sentence_transformers.json"

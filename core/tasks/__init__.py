@@ -11,6 +11,7 @@ TASKS: dict[str, tuple[str, str]] = {
     "clip": ("core.tasks.clip", "ClipTask"),
     "clap": ("core.tasks.clap", "ClapTask"),
     "colpali": ("core.tasks.colpali", "ColPaliTask"),
+    "vlm_embed": ("core.tasks.vlm_embed", "VlmEmbedTask"),
     "rerank": ("core.tasks.rerank", "RerankTask"),
     "llm_rerank": ("core.tasks.llm_rerank", "LlmRerankTask"),
     "classify": ("core.tasks.classify", "ClassifyTask"),

@@ -44,6 +44,9 @@ class EmbedRequest:
     late_chunking: Any = None  # LateChunkOptions
     #: a task adapter of the model, by name (jina-embeddings-v3: retrieval.query, retrieval.passage, …)
     task: str | None = None
+    #: vision–language embedders: chat conversations, one vector each (core/tasks/vlm_embed.py ``Conversation``);
+    #: their images are ``inputs`` by index
+    conversations: list[Any] | None = None
 
 
 @dataclass(slots=True)
@@ -63,8 +66,9 @@ class EmbedResult:
     input_tokens: list[int] | None = None
 
 
-#: vision–language model types whose embedders the embed task does not implement (refused, never run as text)
-VISION_LANGUAGE_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
+#: vision–language model types the embed task refuses (never run as text): the Qwen2-VL layouts are served by the
+#: vlm_embed task; Qwen3-VL's mixture of experts is not implemented
+VISION_LANGUAGE_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"})
 
 
 class EmbedTask(TextTask):
@@ -78,11 +82,16 @@ class EmbedTask(TextTask):
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
         if info.model_type in VISION_LANGUAGE_TYPES:
+            from core.loading import VLM_EMBED_TYPES
+
+            served = info.model_type in VLM_EMBED_TYPES
             raise Unsupported(
-                f"{info.folder}: model_type {info.model_type!r} is a vision–language model (the Qwen2-VL layout of "
-                "GME, jina-embeddings-v4 and Qwen3-VL-Embedding); its embedders format text and images through "
-                "the chat template and pool one token, which Tessera does not implement: served as a text encoder "
-                "it would give different vectors. Serve it with its model card's code", code="unsupported_architecture")
+                f"{info.folder}: model_type {info.model_type!r} is a vision–language model; its embedders format text "
+                "and images through the chat template and pool the last token, so served as a text encoder it would "
+                "give different vectors. " + ("Serve it with task 'vlm_embed' (what task 'auto' picks)" if served else
+                f"Its layout is not implemented (the vlm_embed task serves {sorted(VLM_EMBED_TYPES)}); serve it with "
+                "its "
+                "model card's code"), code="unsupported_architecture")
         super().__init__(info, spec)
         self.spec = spec
         #: Pooling mode, prompt handling, the Dense/Normalize steps after pooling, trailing Normalize

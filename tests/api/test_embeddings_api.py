@@ -116,7 +116,8 @@ def test_many_concurrent_requests_each_get_their_own_vectors(one_model, sentence
 @pytest.mark.parametrize(
     "body,status,code",
     [
-        ({}, 422, "validation_error"),
+        ({}, 400, "invalid_input"),  # neither input nor messages
+        ({"input": "x", "messages": [{"role": "user", "content": "x"}]}, 400, "invalid_input"),
         ({"input": 5}, 422, "validation_error"),
         ({"input": [1.5]}, 422, "validation_error"),
         ({"input": ["a", 1]}, 422, "validation_error"),

@@ -266,22 +266,3 @@ def build_stanford_colbert(minilm: Path, out: Path, *, variant: str) -> None:
     (out / "artifact.metadata").write_text(json.dumps({
         "query_token_id": "[unused0]", "doc_token_id": "[unused1]", "query_token": "[Q]", "doc_token": "[D]",
         "similarity": "cosine", "nbits": 2, "checkpoint": "colbert-ir/colbertv2.0", **meta}, indent=4))
-
-
-# --- vision–language embedders (Qwen2-VL layout: GME, jina-embeddings-v4, Qwen3-VL-Embedding) ---------------
-
-def build_qwen2_vl(minilm: Path, out: Path) -> None:
-    """A tiny ``Qwen2VLModel`` (GME's architecture) saved by transformers, with a tokenizer: what the embed task
-    must refuse rather than run as a text encoder."""
-    import torch
-    from transformers import Qwen2VLConfig, Qwen2VLModel
-
-    torch.manual_seed(81)
-    config = Qwen2VLConfig(
-        text_config=dict(vocab_size=30522, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2], "rope_theta": 10000.0}),
-        vision_config=dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, patch_size=14, spatial_merge_size=2,
-                           temporal_patch_size=2))
-    Qwen2VLModel(config).eval().save_pretrained(out)
-    _copy_tokenizer(minilm, out)

@@ -42,6 +42,13 @@ def test_stanford_colbert_settings_and_projection_are_fetched_for_every_backend(
         assert {"artifact.metadata", "linear.safetensors"} <= set(select_files(repo, backend=backend))
 
 
+def test_a_vision_language_embedders_processor_files_and_chat_template_are_fetched():
+    repo = ["config.json", "tokenizer.json", "tokenizer_config.json", "preprocessor_config.json", "chat_template.json",
+            "chat_template.jinja", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+            "model.safetensors.index.json", "gme_inference.py", "README.md"]
+    assert set(select_files(repo, backend="auto")) == set(repo) - {"gme_inference.py", "README.md"}
+
+
 def test_the_exporters_parity_record_travels_with_the_graph():
     repo = META + ["model.safetensors", "onnx/model.onnx", "onnx/parity.json", "modeling_lora.py"]
     assert "onnx/parity.json" in select_files(repo, backend="onnx")

@@ -28,7 +28,8 @@ async def create_embeddings(body: protocol.EmbeddingRequest, request: Request) -
         serving, body.model, body.input, deadline=deadline_for(request, serving), embedding_type=body.embedding_type,
         modality=body.modality, truncate=body.truncate, normalize=body.normalize, dimensions=body.dimensions,
         prompt=body.prompt, prompt_name=body.prompt_name, input_type=body.input_type,
-        chunking=body.chunking, late_chunking=body.late_chunking, task=body.task,
+        chunking=body.chunking, late_chunking=body.late_chunking, task=body.task, messages=body.messages,
+        add_generation_prompt=body.add_generation_prompt, continue_final_message=body.continue_final_message,
     )
     served = await until_disconnect(request, work)
     return JSONBytes(dumps(openai_embeddings(served, body.encoding_format)))

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from core.api.serving.context import Served, Serving
-from core.api.serving.inputs import (check_late_chunking, embedding_input, media_refs, not_empty,
+from core.api.serving.inputs import (chat_messages, check_late_chunking, embedding_input, media_refs, not_empty,
                                      truncation_direction)
 from core.cache import cacheable
 from core.config import Settings
@@ -24,11 +24,29 @@ def embed_request(settings: Settings, value: Any, *, modality: str = "text", tru
                   normalize: bool | None = None, dimensions: int | None = None, prompt: str | None = None,
                   prompt_name: str | None = None, input_type: str | None = None, deadline: float | None = None,
                   param: str = "input", chunking: Any = None, late_chunking: Any = None,
-                  task: str | None = None) -> EmbedRequest:
-    """Validate an ``input`` (the OpenAI union, or media references) within the limits; build the task's
-    request. ``normalize=None``: the model's own default; ``dimensions`` 0 or None: the full vector; ``task``:
-    the model's task adapter (text only)."""
+                  task: str | None = None, messages: Any = None, add_generation_prompt: bool = False,
+                  continue_final_message: bool = False) -> EmbedRequest:
+    """Validate an ``input`` (the OpenAI union, or media references) or chat ``messages`` within the limits;
+    build the task's request. ``normalize=None``: the model's own default; ``dimensions`` 0 or None: the full
+    vector; ``task``: the model's task adapter (text only)."""
     dimensions = dimensions or None
+    if (value is None) == (messages is None):
+        raise InvalidInput("send exactly one of 'input' and 'messages'", param="input" if value is None else "messages")
+    if messages is not None:
+        options = {"modality": modality != "text", "task": task is not None, "prompt": prompt is not None,
+                   "prompt_name": prompt_name is not None, "input_type": input_type is not None,
+                   "chunking": bool(chunking), "late_chunking": bool(late_chunking)}
+        for which, given in options.items():
+            if given:
+                raise InvalidInput(f"'{which}' does not apply to 'messages': the conversation says what it holds "
+                                   "(an instruction goes in a system message)", param=which)
+        conversation, refs = chat_messages(messages, settings, add_generation_prompt=add_generation_prompt,
+                                           continue_final_message=continue_final_message)
+        from core.media import MediaFetcher, MediaLimits
+
+        media = MediaFetcher(MediaLimits.from_settings(settings), deadline=deadline)
+        return EmbedRequest(conversations=[conversation], inputs=refs, normalize=normalize, dimensions=dimensions,
+                            truncate=truncate, media=media)
     if modality != "text":
         from core.media import MediaFetcher, MediaLimits
 
@@ -58,6 +76,9 @@ async def embed(serving: Serving, model: str | None, value: Any, *, deadline: fl
     ``options`` are :func:`embed_request`'s keywords."""
     engine = serving.engine(model, "embeddings")
     task_request = embed_request(serving.settings, value, deadline=deadline, **options)
+    if task_request.conversations is not None and not getattr(engine.task, "takes_messages", False):
+        raise InvalidInput(f"'messages' (chat input) is offered for vision–language embedders; model {engine.name!r} "
+                           "takes 'input'", param="messages")
     if task_request.task is not None and not getattr(engine.task, "adapters", ()):
         raise InvalidInput(f"'task' selects a task adapter (jina-embeddings-v3's LoRA tasks); model {engine.name!r} "
                            "has none", param="task")

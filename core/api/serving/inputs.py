@@ -171,3 +171,62 @@ def truncation_direction(value: str | None, task: Any) -> str:
         raise InvalidInput(f"truncation_direction 'left' is not offered by the {task.name} task",
                            param="truncation_direction")
     return direction
+
+
+CHAT_ROLES = ("system", "user", "assistant")
+
+
+def chat_messages(messages: Any, settings: Settings, *, add_generation_prompt: bool,
+                  continue_final_message: bool) -> tuple[Any, list[str]]:
+    """``messages`` (vLLM's chat embeddings: one conversation, ``[{role, content}]``, content a string or parts
+    ``{"type": "text", "text"}`` / ``{"type": "image_url", "image_url": {"url"}}``) → the task's conversation and
+    its image references, in order. The limits apply: images count as items (``max_items_per_request``), the
+    conversation's text as one item's characters (``max_chars_per_item``)."""
+    from core.tasks.vlm_embed import Conversation
+
+    param = "messages"
+    if not isinstance(messages, list) or not messages:
+        raise InvalidInput("'messages' must be a non-empty list of {role, content} objects", param=param)
+    if add_generation_prompt and continue_final_message:
+        raise InvalidInput("add_generation_prompt and continue_final_message cannot both be true: the first opens "
+                           "a new assistant turn, the second continues the last message", param=param)
+    check_count(len(messages), settings, param)
+    turns, refs, chars = [], [], 0
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict) or set(message) - {"role", "content", "name"}:
+            raise InvalidInput(f"{where} must be an object with 'role' and 'content'", param=param)
+        role, content = message.get("role"), message.get("content")
+        if role not in CHAT_ROLES:
+            raise InvalidInput(f"{where}.role must be one of {list(CHAT_ROLES)}, got {role!r}", param=param)
+        if isinstance(content, str):
+            chars += len(content)
+            turns.append({"role": role, "content": content})
+            continue
+        if not isinstance(content, list) or not content:
+            raise InvalidInput(f"{where}.content must be a string or a non-empty list of parts", param=param)
+        parts = []
+        for j, part in enumerate(content):
+            at = f"{where}.content[{j}]"
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text" and isinstance(part.get("text"), str):
+                chars += len(part["text"])
+                parts.append({"type": "text", "text": part["text"]})
+            elif kind == "image_url":
+                image = part.get("image_url")
+                url = image.get("url") if isinstance(image, dict) else None
+                if not isinstance(url, str) or not url:
+                    raise InvalidInput(f"{at}: an image_url part is {{\"type\": \"image_url\", \"image_url\": "
+                                       "{\"url\": \"data:... or https://...\"}}", param=param)
+                parts.append({"type": "image", "index": len(refs)})
+                refs.append(url)
+            else:
+                raise InvalidInput(f"{at}: expected {{\"type\": \"text\", \"text\": ...}} or {{\"type\": "
+                                   f"\"image_url\", \"image_url\": {{\"url\": ...}}}}; got type {kind!r}", param=param)
+        turns.append({"role": role, "content": parts})
+    if chars > settings.max_chars_per_item:
+        raise TooLarge(f"the messages hold {chars} characters of text; the limit is {settings.max_chars_per_item}",
+                       param=param)
+    check_count(len(refs), settings, param)
+    return Conversation(turns, add_generation_prompt=add_generation_prompt,
+                        continue_final_message=continue_final_message), refs
