@@ -21,10 +21,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from core.api.serving import Serving
-from core.api.serving import embeddings, ranking
 from core.config import Settings, settings_from_env
 from core.engine import Registry
+from core.serving import Serving, embeddings, ranking
 
 
 class AsyncEngine:

@@ -2,7 +2,7 @@
 
 ``/invocations`` does not re-implement any route: it picks the target route, then runs the request
 through the app's own router at that path (``/v1/<route>``), so validation, limits, batching and
-error rendering are those of the HTTP API, and a route added to ``core.api.routes`` is reachable here
+error rendering are those of the HTTP API, and a route added to ``core.api.features`` is reachable here
 without a change.
 
 - Route: ``X-Amzn-SageMaker-Custom-Attributes: route=rerank`` (pairs separated by ``,`` or ``;``),
@@ -42,7 +42,7 @@ from adapters.sagemaker.models import SAGEMAKER_MAX_RESPONSE_BYTES
 from adapters.sagemaker.jsonlines import (DEFAULT_CONCURRENCY, JSONLINES, JSONLINES_TYPES, assemble, run_records,
                                           split_records)
 from core.api.app import create_app
-from core.api.encode import least_embeddings_answer_bytes
+from core.api.embeddings.encode import least_embeddings_answer_bytes
 from core.api.warm_pass import WarmRequest, registry_requests
 from core.config import Settings
 from core.engine import Registry

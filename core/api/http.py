@@ -13,8 +13,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
-from core.api.serving import Serving
 from core.errors import ClientClosed, InvalidInput
+from core.serving import Serving
 
 TIMEOUT_HEADER = "x-request-timeout"
 T = TypeVar("T")

@@ -163,9 +163,9 @@ class ChunkEmbedder:
         self._prefix = b""
 
     async def start(self) -> "ChunkEmbedder":
-        from core.api.serving import Serving
-        from core.api.serving.embeddings import embed_request
-        from core.api.serving.inputs import truncation_direction
+        from core.serving import Serving
+        from core.serving.embeddings import embed_request
+        from core.serving.inputs import truncation_direction
         from core.cache import EmbeddingCache
         from core.cache.stores import MemoryStore
         from core.engine import Registry
@@ -195,7 +195,7 @@ class ChunkEmbedder:
                 "dimension": self.options.dimensions or self.engine.task.dimension}
 
     async def _run(self, texts: list[str]):
-        from core.api.serving.embeddings import embed_request
+        from core.serving.embeddings import embed_request
 
         request = embed_request(self.settings, texts, **self.options.request_options())
         request.truncation_direction = self._template.truncation_direction
@@ -204,7 +204,7 @@ class ChunkEmbedder:
     async def embed(self, texts: list[str]) -> np.ndarray:
         """The chunk's vectors in order (quantized as the job asks); each distinct text the store lacks
         runs once."""
-        from core.api.serving.embeddings import quantized
+        from core.serving.embeddings import quantized
         from core.cache import decode_value, encode_value
 
         cache = self.cache

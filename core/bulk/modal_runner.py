@@ -30,7 +30,7 @@ def shard_options(options: JobOptions) -> dict:
 
 async def describe_engine(settings, registry, model: str | None) -> dict:
     """What a bulk job's output records of the served model (its identity hashed here, where it is served)."""
-    from core.api.serving import Serving
+    from core.serving import Serving
     from core.cache.identity import model_identity
 
     engine = Serving.of(settings, registry).engine(model, "embeddings")

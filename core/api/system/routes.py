@@ -5,15 +5,16 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from core.api import protocol
-from core.api.encode import dumps, model_list
+from core.api.common import ErrorResponse, dumps
+from core.api.system import schemas
+from core.api.system.encode import model_list
 from core.api.http import JSONBytes, serving_of
-from core.api.serving import models
+from core.serving import models
 
 router = APIRouter()
 
 
-@router.get("/v1/models", response_model=protocol.ModelList, summary="List served models")
+@router.get("/v1/models", response_model=schemas.ModelList, summary="List served models")
 @router.get("/models", include_in_schema=False)
 async def list_models(request: Request) -> Response:
     return JSONBytes(dumps(model_list(models.cards(serving_of(request)))))
@@ -24,7 +25,7 @@ async def health() -> Response:
     return JSONBytes(b'{"status":"ok"}')
 
 
-@router.get("/ready", summary="Readiness: every model loaded and healthy", responses={503: {"model": protocol.ErrorResponse}})
+@router.get("/ready", summary="Readiness: every model loaded and healthy", responses={503: {"model": ErrorResponse}})
 async def ready(request: Request) -> Response:
     registry = serving_of(request).registry
     return JSONBytes(dumps(models.readiness(registry, draining=request.app.state.draining)))

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from core.api.serving.context import Served, Serving
-from core.api.serving.inputs import (check_late_chunking, embedding_input, media_refs, not_empty,
+from core.serving.context import Served, Serving
+from core.serving.inputs import (check_late_chunking, embedding_input, media_refs, not_empty,
                                      truncation_direction)
 from core.cache import cacheable
 from core.config import Settings

@@ -8,18 +8,19 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from core.api import protocol
-from core.api.encode import dumps, openai_sparse
+from core.api.common import ERROR_RESPONSES, dumps
+from core.api.sparse import schemas
+from core.api.sparse.encode import openai_sparse
 from core.api.http import JSONBytes, deadline_for, serving_of, until_disconnect
-from core.api.serving import embeddings
+from core.serving import embeddings
 
 router = APIRouter()
 
 
-@router.post("/v1/embeddings/sparse", response_model=protocol.SparseEmbeddingResponse,
-             responses=protocol.ERROR_RESPONSES, summary="Sparse (SPLADE) embeddings")
+@router.post("/v1/embeddings/sparse", response_model=schemas.SparseEmbeddingResponse,
+             responses=ERROR_RESPONSES, summary="Sparse (SPLADE) embeddings")
 @router.post("/embeddings/sparse", include_in_schema=False)
-async def sparse_embeddings(body: protocol.SparseEmbeddingRequest, request: Request) -> Response:
+async def sparse_embeddings(body: schemas.SparseEmbeddingRequest, request: Request) -> Response:
     serving = serving_of(request)
     work = embeddings.embed_sparse(serving, body.model, body.input, truncate=body.truncate,
                                    deadline=deadline_for(request, serving))

@@ -6,22 +6,23 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from core.api import protocol
-from core.api.encode import dumps, rerank_list, tei_rerank
+from core.api.common import ERROR_RESPONSES, dumps
+from core.api.rerank import schemas
+from core.api.rerank.encode import rerank_list, tei_rerank
 from core.api.http import JSONBytes, deadline_for, model_choice, serving_of, until_disconnect
-from core.api.serving import ranking
+from core.serving import ranking
 
 router = APIRouter()
 
 
 @router.post(
     "/v1/rerank",
-    response_model=protocol.RerankResponse,
-    responses=protocol.ERROR_RESPONSES,
+    response_model=schemas.RerankResponse,
+    responses=ERROR_RESPONSES,
     summary="Rerank documents against a query (Infinity / Cohere shape)",
 )
 @router.post("/rerank", include_in_schema=False)
-async def rerank(body: protocol.RerankRequest, request: Request) -> Response:
+async def rerank(body: schemas.RerankRequest, request: Request) -> Response:
     serving = serving_of(request)
     deadline = deadline_for(request, serving)
     if body.documents is None and body.texts is not None:  # TEI's body (its model is chosen by ?model=)

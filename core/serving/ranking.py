@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.api.serving.context import Served, Serving
-from core.api.serving.inputs import (
+from core.serving.context import Served, Serving
+from core.serving.inputs import (
     check_positive,
     check_texts,
     document_texts,

@@ -7,22 +7,23 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from core.api import protocol
-from core.api.encode import dumps, openai_embeddings
+from core.api.common import ERROR_RESPONSES, dumps
+from core.api.embeddings import schemas
+from core.api.embeddings.encode import openai_embeddings
 from core.api.http import JSONBytes, deadline_for, serving_of, until_disconnect
-from core.api.serving import embeddings
+from core.serving import embeddings
 
 router = APIRouter()
 
 
 @router.post(
     "/v1/embeddings",
-    response_model=protocol.EmbeddingResponse,
-    responses=protocol.ERROR_RESPONSES,
+    response_model=schemas.EmbeddingResponse,
+    responses=ERROR_RESPONSES,
     summary="Create embeddings (OpenAI-compatible)",
 )
 @router.post("/embeddings", include_in_schema=False)
-async def create_embeddings(body: protocol.EmbeddingRequest, request: Request) -> Response:
+async def create_embeddings(body: schemas.EmbeddingRequest, request: Request) -> Response:
     serving = serving_of(request)
     work = embeddings.embed(
         serving, body.model, body.input, deadline=deadline_for(request, serving), embedding_type=body.embedding_type,
@@ -34,13 +35,13 @@ async def create_embeddings(body: protocol.EmbeddingRequest, request: Request) -
     return JSONBytes(dumps(openai_embeddings(served, body.encoding_format)))
 
 
-@router.post("/embeddings_image", response_model=protocol.EmbeddingResponse, responses=protocol.ERROR_RESPONSES,
+@router.post("/embeddings_image", response_model=schemas.EmbeddingResponse, responses=ERROR_RESPONSES,
              summary="Infinity: image embeddings (input: http(s) URLs or data: URIs)", tags=["infinity"])
-async def embeddings_image(body: protocol.EmbeddingRequest, request: Request) -> Response:
+async def embeddings_image(body: schemas.EmbeddingRequest, request: Request) -> Response:
     return await create_embeddings(body.model_copy(update={"modality": "image"}), request)
 
 
-@router.post("/embeddings_audio", response_model=protocol.EmbeddingResponse, responses=protocol.ERROR_RESPONSES,
+@router.post("/embeddings_audio", response_model=schemas.EmbeddingResponse, responses=ERROR_RESPONSES,
              summary="Infinity: audio embeddings (input: http(s) URLs or data: URIs)", tags=["infinity"])
-async def embeddings_audio(body: protocol.EmbeddingRequest, request: Request) -> Response:
+async def embeddings_audio(body: schemas.EmbeddingRequest, request: Request) -> Response:
     return await create_embeddings(body.model_copy(update={"modality": "audio"}), request)

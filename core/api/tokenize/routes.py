@@ -6,17 +6,18 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from core.api import protocol
-from core.api.encode import dumps, token_list
+from core.api.common import ERROR_RESPONSES, dumps
+from core.api.tokenize import schemas
+from core.api.tokenize.encode import token_list
 from core.api.http import JSONBytes, deadline_for, serving_of, until_disconnect
-from core.api.serving import models
+from core.serving import models
 
 router = APIRouter()
 
 
-@router.post("/v1/tokenize", response_model=protocol.TokenizeResponse, responses=protocol.ERROR_RESPONSES,
+@router.post("/v1/tokenize", response_model=schemas.TokenizeResponse, responses=ERROR_RESPONSES,
              summary="Tokenize texts with a model's tokenizer")
-async def tokenize(body: protocol.TokenizeRequest, request: Request) -> Response:
+async def tokenize(body: schemas.TokenizeRequest, request: Request) -> Response:
     serving = serving_of(request)
     engine = serving.engine(body.model, "tokenize")
     work = models.tokenize(serving, engine, body.input, add_special_tokens=body.add_special_tokens,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from core.api.serving.context import Served, Serving
-from core.api.serving.inputs import check_prompt, not_empty, text_list
+from core.serving.context import Served, Serving
+from core.serving.inputs import check_prompt, not_empty, text_list
 from core.config import Settings
 from core.engine import Engine, Registry
 from core.errors import NotReady, Timeout
