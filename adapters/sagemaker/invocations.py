@@ -43,12 +43,13 @@ from adapters.sagemaker.jsonlines import (DEFAULT_CONCURRENCY, JSONLINES, JSONLI
                                           split_records)
 from core.api.app import create_app
 from core.api.embeddings.encode import least_embeddings_answer_bytes
+from core.api.features import feature_for
 from core.api.warm_pass import WarmRequest, registry_requests
+from core.capabilities import AUXILIARY_CAPABILITIES
 from core.config import Settings
 from core.engine import Registry
 from core.errors import InvalidInput, NotFound, TesseraError, TooLarge
 from core.tracing import NO_TRACER, NoTracer, OtelTracer
-from core.tasks.base import AUXILIARY_CAPABILITIES
 
 CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
 JSON = "application/json"
@@ -317,6 +318,7 @@ def build_router(default_route: str | None = None, *, max_response_bytes: int = 
 
 
 def _only_capability(request: Request) -> str:
+    """The route of the one main capability the served models share (``embeddings/sparse`` for a sparse model)."""
     registry = request.app.state.registry
     capabilities = set()
     for engine in (registry.engines.values() if registry is not None else ()):
@@ -327,7 +329,7 @@ def _only_capability(request: Request) -> str:
             f"or a \"route\" field in the body (served capabilities: {sorted(capabilities)})",
             param="route", code="route_required",
         )
-    return next(iter(capabilities))
+    return feature_for(next(iter(capabilities))).route.removeprefix("/v1/")
 
 
 def warm_requests(registry: Registry) -> list[WarmRequest]:

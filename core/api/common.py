@@ -1,5 +1,5 @@
-"""What every feature's wire shapes share: the strict request base, the input unions, usage, the error
-shape, and the JSON encoding of answers (orjson straight from numpy).
+"""What every feature shares: how it declares itself (:class:`Feature`), the strict request base, the input
+unions, usage, the error shape, and the JSON encoding of answers (orjson straight from numpy).
 
 Unknown request fields are ignored (peers' clients send extras); known fields are validated strictly:
 no coercion (``"32"`` is not 32, ``true`` is not 1, ``"yes"`` is not a boolean), since a coerced value
@@ -10,11 +10,33 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal, Union
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Union
 
 import numpy as np
 import orjson
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict
+
+from core.capabilities import Capability
+
+#: a model's name and input modalities → its warm requests to a feature's route, as (label, JSON body)
+WarmBodies = Callable[[str, tuple[str, ...]], list[tuple[str, dict[str, Any]]]]
+#: the text of every warm request
+WARM_TEXT = "warm-up"
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One feature of the HTTP API, as ``core/api/features.py`` lists it: its routes and, for the features a
+    task's capability names, that capability, the feature's main route (what SageMaker's ``route=`` names,
+    less ``/v1/``) and the requests the app's warm pass sends to it (none: its first request pays the first
+    pass, as the auxiliary routes do)."""
+
+    router: APIRouter
+    capability: Capability | None = None
+    route: str | None = None
+    warm: WarmBodies | None = None
 
 
 class StrictRequest(BaseModel):

@@ -163,6 +163,7 @@ class ChunkEmbedder:
         self._prefix = b""
 
     async def start(self) -> "ChunkEmbedder":
+        from core.capabilities import Capability
         from core.serving import Serving
         from core.serving.embeddings import embed_request
         from core.serving.inputs import truncation_direction
@@ -175,7 +176,7 @@ class ChunkEmbedder:
             self._registry.raise_if_unusable(allow_degraded=True)
         await self._registry.ensure_started()
         spec = select_spec(self.settings, self.options.model)
-        self.engine = self._registry.get(spec.served_name, "embeddings")
+        self.engine = self._registry.get(spec.served_name, Capability.EMBEDDINGS)
         store = self._store if self._store is not None else MemoryStore(self.settings.embedding_cache_bytes)
         self.cache = EmbeddingCache(store)
         self.serving = Serving.of(self.settings, self._registry)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from core.cache import EmbeddingCache, build_cache
+from core.capabilities import Capability
 from core.config import Settings
 from core.engine import Engine, Registry
 from core.errors import NotReady
@@ -51,7 +52,7 @@ class Serving:
             raise NotReady("models are still loading")
         return registry
 
-    def engine(self, model: str | None, capability: str) -> Engine:
+    def engine(self, model: str | None, capability: Capability) -> Engine:
         """The engine for a request's ``model`` (None, "" or Infinity's client default: the one that fits)."""
         return self.registry.get(None if model == UNSPECIFIED_MODEL else model, capability)
 

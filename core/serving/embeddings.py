@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from core.capabilities import Capability
 from core.serving.context import Served, Serving
 from core.serving.inputs import (check_late_chunking, embedding_input, media_refs, not_empty,
                                      truncation_direction)
@@ -56,7 +57,7 @@ async def embed(serving: Serving, model: str | None, value: Any, *, deadline: fl
     """``/v1/embeddings`` and TEI's ``/embed``: vectors as ``embedding_type`` asks (None: the model's
     ``embedding_dtype``); ``direction``: which end an over-long text loses (right by default);
     ``options`` are :func:`embed_request`'s keywords."""
-    engine = serving.engine(model, "embeddings")
+    engine = serving.engine(model, Capability.EMBEDDINGS)
     task_request = embed_request(serving.settings, value, deadline=deadline, **options)
     if task_request.task is not None and not getattr(engine.task, "adapters", ()):
         raise InvalidInput(f"'task' selects a task adapter (jina-embeddings-v3's LoRA tasks); model {engine.name!r} "
@@ -97,7 +98,7 @@ async def embed_sparse(serving: Serving, model: str | None, value: Any, *, trunc
                        param: str = "input") -> Served:
     """``/v1/embeddings/sparse`` and TEI's ``/embed_sparse``: SPLADE vectors (a multi-output model answers
     with its sparse head)."""
-    engine = serving.engine(model, "embeddings_sparse")
+    engine = serving.engine(model, Capability.EMBEDDINGS_SPARSE)
     texts, token_ids = embedding_input(value, serving.settings, param)
     task_request = EmbedRequest(texts=texts, token_ids=token_ids, truncate=truncate, output="sparse",
                                 prompt_name=prompt_name,
@@ -108,7 +109,7 @@ async def embed_sparse(serving: Serving, model: str | None, value: Any, *, trunc
 async def embed_all(serving: Serving, model: str | None, value: Any, *, truncate: bool, deadline: float,
                     prompt_name: str | None = None, direction: str | None = None, param: str = "inputs") -> Served:
     """TEI's ``/embed_all``: every token's vector (the encoder's output, unpooled), per input."""
-    engine = serving.engine(model, "embed_all")
+    engine = serving.engine(model, Capability.EMBED_ALL)
     task_request = embed_request(serving.settings, value, truncate=truncate, prompt_name=prompt_name, param=param)
     task_request.output = "tokens"
     task_request.truncation_direction = truncation_direction(direction, engine.task)

@@ -7,6 +7,7 @@ import time
 
 from core.serving.context import Served, Serving
 from core.serving.inputs import check_prompt, not_empty, text_list
+from core.capabilities import Capability
 from core.config import Settings
 from core.engine import Engine, Registry
 from core.errors import NotReady, Timeout
@@ -36,7 +37,7 @@ def readiness(registry: Registry, draining: bool) -> dict:
     return {"status": "ready", "models": models}
 
 
-def first_engine(serving: Serving, model: str | None, capability: str) -> Engine:
+def first_engine(serving: Serving, model: str | None, capability: Capability) -> Engine:
     """TEI's ``/tokenize`` and ``/info``: every text model has them; without a model name the first
     served model answers (a TEI process serves one)."""
     registry = serving.registry

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.capabilities import Capability
 from core.serving.context import Served, Serving
 from core.serving.inputs import (
     check_positive,
@@ -25,7 +26,7 @@ async def rerank(serving: Serving, model: str | None, query: str, documents: Any
                  param: str = "documents", instruction: str | None = None) -> tuple[Served, list[str]]:
     """Scores of ``documents`` (strings or ``{text}`` objects) against ``query``, in input order; also
     the documents' texts (for the encoders that return them)."""
-    engine = serving.engine(model, "rerank")
+    engine = serving.engine(model, Capability.RERANK)
     truncation_direction(direction, engine.task)  # pairs lose document tokens first: "left" is refused
     texts = document_texts(documents, serving.settings, param)
     check_positive(top_n, "top_n")
@@ -38,7 +39,7 @@ async def rerank(serving: Serving, model: str | None, query: str, documents: Any
 async def score(serving: Serving, model: str | None, query: str, documents: Any, *, truncate: bool,
                 deadline: float) -> Served:
     """``/v1/score``: MaxSim of each document against the query, in input order."""
-    engine = serving.engine(model, "score")
+    engine = serving.engine(model, Capability.SCORE)
     texts = document_texts(documents, serving.settings)
     return Served(engine, await engine(ScoreRequest(query=query, documents=texts, truncate=truncate),
                                        deadline=deadline))
@@ -48,7 +49,7 @@ async def classify(serving: Serving, model: str | None, inputs: Any, *, deadline
                    labels: list[str] | None = None, top_k: int | None = None, raw_scores: bool = False,
                    truncate: bool = True, direction: str | None = None) -> tuple[Served, list[int]]:
     """``/v1/classify``: per input the label scores; also the label columns asked for."""
-    engine = serving.engine(model, "classify")
+    engine = serving.engine(model, Capability.CLASSIFY)
     texts = text_list(inputs, "input", serving.settings)
     check_positive(top_k, "top_k")
     columns = label_columns(labels, engine.task.labels)
@@ -60,7 +61,7 @@ async def classify(serving: Serving, model: str | None, inputs: Any, *, deadline
 async def predict(serving: Serving, model: str | None, inputs: Any, *, deadline: float, raw_scores: bool = False,
                   truncate: bool = True, direction: str | None = None) -> tuple[Served, bool]:
     """TEI's ``/predict``: single texts or (text, text_pair) pairs; also whether one input was sent."""
-    engine = serving.engine(model, "classify")
+    engine = serving.engine(model, Capability.CLASSIFY)
     texts, pairs, single = predict_inputs(inputs)
     check_texts(texts if texts is not None else [t for pair in pairs for t in pair], serving.settings, "inputs")
     task_request = ClassifyRequest(texts=texts, pairs=pairs, raw_scores=raw_scores, truncate=truncate,

@@ -7,6 +7,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from core.capabilities import Capability
 from core.config import ModelSpec
 from core.errors import InvalidInput, TooLarge, Unsupported
 from core.loading import ModelInfo, read_embed_pipeline, task_adapters
@@ -71,7 +72,8 @@ class EmbedTask(TextTask):
     name: ClassVar[str] = "embed"
     head: ClassVar[str] = "encoder"
     #: embed_all: every token's vector (TEI's /embed_all)
-    capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings", "tokenize", "embed_all"})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.EMBEDDINGS, Capability.TOKENIZE,
+                                                               Capability.EMBED_ALL})
     modalities: ClassVar[tuple[str, ...]] = ("text",)
     truncates_left: ClassVar[bool] = True
     chunks: ClassVar[bool] = True

@@ -26,6 +26,7 @@ from typing import ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from core.capabilities import Capability
 from core.config import ModelSpec
 from core.errors import InvalidInput, TooLarge
 from core.loading import DenseModule, ModelInfo, is_stanford_colbert, stanford_colbert_settings
@@ -139,7 +140,7 @@ def maxsim(query: np.ndarray, document: np.ndarray) -> float:
 class LateInteractionTask(Task):
     name: ClassVar[str] = "late_interaction"
     head: ClassVar[str] = "encoder"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings", "score", "tokenize"})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.EMBEDDINGS, Capability.SCORE, Capability.TOKENIZE})
     fetches_inputs: ClassVar[bool] = False
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):

@@ -18,6 +18,7 @@ from typing import ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from core.capabilities import Capability
 from core.config import ModelSpec
 from core.errors import InvalidInput, TooLarge, Unsupported
 from core.loading import ModelInfo, is_causal_lm, logit_score_config
@@ -87,7 +88,7 @@ def check_chat_template(folder: Path) -> None:
 class LlmRerankTask(TextTask):
     name: ClassVar[str] = "rerank"
     head: ClassVar[str] = "causal-lm"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"rerank", "tokenize"})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.RERANK, Capability.TOKENIZE})
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
         if not is_causal_lm(info):

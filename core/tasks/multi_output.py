@@ -22,6 +22,7 @@ from typing import ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from core.capabilities import Capability
 from core.config import ModelSpec
 from core.errors import InvalidInput
 from core.loading import ModelInfo, read_embed_pipeline
@@ -72,7 +73,8 @@ class M3Output:
 class MultiOutputTask(TextTask):
     name: ClassVar[str] = "multi_output"
     head: ClassVar[str] = "encoder"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings", "embeddings_sparse", "score", "tokenize"})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.EMBEDDINGS, Capability.EMBEDDINGS_SPARSE,
+                                                               Capability.SCORE, Capability.TOKENIZE})
     chunks: ClassVar[bool] = True  # the dense output: windows of a long text pooled into one vector
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):

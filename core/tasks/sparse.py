@@ -11,6 +11,7 @@ from typing import ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from core.capabilities import Capability
 from core.config import ModelSpec
 from core.errors import InvalidInput
 from core.loading import ModelInfo
@@ -47,7 +48,7 @@ def to_sparse(dense: np.ndarray) -> SparseVector:
 class SparseTask(TextTask):
     name: ClassVar[str] = "sparse"
     head: ClassVar[str] = "splade"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings_sparse", "tokenize"})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.EMBEDDINGS_SPARSE, Capability.TOKENIZE})
     truncates_left: ClassVar[bool] = True
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from core.api.common import response_id, usage
+from core.capabilities import Capability
 from core.serving import Served
 
 
@@ -100,7 +101,7 @@ def least_embeddings_answer_bytes(payload: Any, registry, max_items: int | None 
     if (model is not None and not isinstance(model, str)) or payload.get("modality", "text") != "text":
         return None
     try:
-        engine = registry.get(model, "embeddings")
+        engine = registry.get(model, Capability.EMBEDDINGS)
     except TesseraError:
         return None
     task = engine.task

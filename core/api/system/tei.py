@@ -23,6 +23,7 @@ from core.api.rerank.encode import tei_rerank
 from core.api.rerank.schemas import RerankRequest
 from core.api.sparse.schemas import TeiSparseRequest
 from core.api.sparse.tei import tei_embed_sparse
+from core.capabilities import Capability
 from core.errors import ModelNotFound, Unsupported
 from core.serving import models, ranking
 
@@ -33,7 +34,7 @@ router = APIRouter()
 @router.get("/info", summary="TEI: model and server information", tags=["tei"])
 async def tei_info(request: Request) -> Response:
     serving = serving_of(request)
-    engine = models.first_engine(serving, model_choice(request), "tokenize")
+    engine = models.first_engine(serving, model_choice(request), Capability.TOKENIZE)
     return JSONBytes(dumps(models.tei_info(engine, serving.settings, request.app.version)))
 
 
@@ -51,9 +52,9 @@ async def tei_root(request: Request) -> Response:
     inputs = body.get("inputs")
     if isinstance(inputs, dict) and "source_sentence" in inputs:
         return await tei_similarity(validated(TeiSimilarityRequest, body), request)
-    engine = models.first_engine(serving_of(request), model_choice(request), "tokenize")
+    engine = models.first_engine(serving_of(request), model_choice(request), Capability.TOKENIZE)
     capabilities = engine.task.capabilities
-    if "classify" in capabilities:
+    if Capability.CLASSIFY in capabilities:
         serving = serving_of(request)
         parsed = validated(TeiPredictRequest, body)
         work = ranking.predict(serving, engine.name, parsed.inputs, deadline=deadline_for(request, serving),
@@ -62,7 +63,7 @@ async def tei_root(request: Request) -> Response:
         served, single = await until_disconnect(request, work)
         answer = tei_predict(served, single)
         return JSONBytes(dumps([answer] if single else answer))
-    if "rerank" in capabilities:
+    if Capability.RERANK in capabilities:
         serving = serving_of(request)
         parsed = validated(RerankRequest, body)
         work = ranking.rerank(serving, engine.name, parsed.query, parsed.texts, deadline=deadline_for(request, serving),
@@ -70,8 +71,8 @@ async def tei_root(request: Request) -> Response:
                               direction=parsed.truncation_direction, param="texts")
         served, texts = await until_disconnect(request, work)
         return JSONBytes(dumps(tei_rerank(served, texts, parsed.return_text)))
-    if "embeddings" in capabilities:
+    if Capability.EMBEDDINGS in capabilities:
         return await tei_embed(validated(TeiEmbedRequest, body), request)
-    if "embeddings_sparse" in capabilities:
+    if Capability.EMBEDDINGS_SPARSE in capabilities:
         return await tei_embed_sparse(validated(TeiSparseRequest, body), request)
     raise Unsupported(f"model {engine.name!r} ({engine.task.name}) has no TEI task to answer on /")

@@ -3,8 +3,12 @@ schemas and answers. The work itself: ``core.serving.models.tokenize`` and ``dec
 
 from fastapi import APIRouter
 
+from core.api.common import Feature
 from core.api.tokenize import routes, tei
+from core.capabilities import Capability
 
 router = APIRouter()
 for _module in (routes, tei):
     router.include_router(_module.router)
+
+FEATURE = Feature(router, capability=Capability.TOKENIZE, route="/v1/tokenize")
