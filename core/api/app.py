@@ -42,7 +42,7 @@ from core.errors import (
 )
 from core.metrics import Metrics
 from core.request_context import note_error, note_rejection
-from core.serving import Serving
+from core.serving import ServingContext
 from core.tracing import NO_TRACER, NoTracer, OtelTracer
 
 log = logging.getLogger("tessera")
@@ -267,7 +267,7 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
     app.state.metrics = metrics
     app.state.draining = False
     #: what the routes call: request → engine → result (reads the registry the lifespan loads)
-    app.state.serving = Serving(settings, lambda: app.state.registry, metrics=metrics)
+    app.state.serving = ServingContext(settings, lambda: app.state.registry, metrics=metrics)
     app.include_router(router)
 
     @app.exception_handler(TesseraError)

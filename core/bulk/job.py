@@ -164,7 +164,7 @@ class ChunkEmbedder:
 
     async def start(self) -> "ChunkEmbedder":
         from core.capabilities import Capability
-        from core.serving import Serving
+        from core.serving import ServingContext
         from core.serving.embeddings import embed_request
         from core.serving.inputs import truncation_direction
         from core.cache import EmbeddingCache
@@ -179,7 +179,7 @@ class ChunkEmbedder:
         self.engine = self._registry.get(spec.served_name, Capability.EMBEDDINGS)
         store = self._store if self._store is not None else MemoryStore(self.settings.embedding_cache_bytes)
         self.cache = EmbeddingCache(store)
-        self.serving = Serving.of(self.settings, self._registry)
+        self.serving = ServingContext.of(self.settings, self._registry)
         self.serving.embedding_cache = None  # the job's store is its cache
         self._template = embed_request(self.settings, ["x"], **self.options.request_options())
         self._template.truncation_direction = truncation_direction(None, self.engine.task)

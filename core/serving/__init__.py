@@ -5,6 +5,6 @@ The HTTP features (``core/api/<feature>/``) parse a wire request, call one funct
 returns; the in-process API (``core/inprocess.py``) and the adapters call the same functions without HTTP.
 Every input limit is checked here (``inputs.py``), once, whatever the wire shape."""
 
-from core.serving.context import Served, Serving
+from core.serving.context import Served, ServingContext
 
-__all__ = ["Served", "Serving"]
+__all__ = ["Served", "ServingContext"]

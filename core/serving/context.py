@@ -1,4 +1,5 @@
-"""``Serving``: what every serving function needs: the settings, the registry, per-model caches."""
+"""What a serving function takes and what it gives: ``ServingContext`` (the settings, the registry, per-model
+caches), and ``Served`` (the task's result with the engine that produced it)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ class Served:
     result: Any
 
 
-class Serving:
-    """One per app (or per in-process surface). The registry is read through ``registry_source`` because
+class ServingContext:
+    """What every serving function takes first: one per app (or per in-process surface). The registry is read through ``registry_source`` because
     an app's lifespan loads the models after the app is built."""
 
     def __init__(self, settings: Settings, registry_source: Callable[[], Registry | None], *,
@@ -41,7 +42,7 @@ class Serving:
         self._calibrations: dict[str, Calibration] = {}
 
     @classmethod
-    def of(cls, settings: Settings, registry: Registry) -> "Serving":
+    def of(cls, settings: Settings, registry: Registry) -> "ServingContext":
         """For a surface that already holds its loaded registry (Lambda, Modal's bulk path)."""
         return cls(settings, lambda: registry)
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from core.capabilities import Capability
-from core.serving.context import Served, Serving
+from core.serving.context import Served, ServingContext
 from core.serving.inputs import (check_late_chunking, embedding_input, media_refs, not_empty,
                                      truncation_direction)
 from core.cache import cacheable
@@ -52,7 +52,7 @@ def embed_request(settings: Settings, value: Any, *, modality: str = "text", tru
     )
 
 
-async def embed(serving: Serving, model: str | None, value: Any, *, deadline: float,
+async def embed(serving: ServingContext, model: str | None, value: Any, *, deadline: float,
                 embedding_type: str | None = None, direction: str | None = None, **options: Any) -> Served:
     """``/v1/embeddings`` and TEI's ``/embed``: vectors as ``embedding_type`` asks (None: the model's
     ``embedding_dtype``); ``direction``: which end an over-long text loses (right by default);
@@ -75,7 +75,7 @@ async def embed(serving: Serving, model: str | None, value: Any, *, deadline: fl
     return Served(engine, result)
 
 
-async def quantized(serving: Serving, engine: Engine, task_request: EmbedRequest, vectors, embedding_type: str,
+async def quantized(serving: ServingContext, engine: Engine, task_request: EmbedRequest, vectors, embedding_type: str,
                     deadline: float) -> np.ndarray:
     """``embedding_type`` int8/uint8/binary/ubinary (core/quantize.py); int8/uint8 ranges from the model's
     calibration set, embedded once per model and shaped as this request's vectors are."""
@@ -93,7 +93,7 @@ async def quantized(serving: Serving, engine: Engine, task_request: EmbedRequest
     return quantize(vectors, embedding_type, ranges)
 
 
-async def embed_sparse(serving: Serving, model: str | None, value: Any, *, truncate: bool, deadline: float,
+async def embed_sparse(serving: ServingContext, model: str | None, value: Any, *, truncate: bool, deadline: float,
                        prompt_name: str | None = None, direction: str | None = None,
                        param: str = "input") -> Served:
     """``/v1/embeddings/sparse`` and TEI's ``/embed_sparse``: SPLADE vectors (a multi-output model answers
@@ -106,7 +106,7 @@ async def embed_sparse(serving: Serving, model: str | None, value: Any, *, trunc
     return Served(engine, await engine(task_request, deadline=deadline))
 
 
-async def embed_all(serving: Serving, model: str | None, value: Any, *, truncate: bool, deadline: float,
+async def embed_all(serving: ServingContext, model: str | None, value: Any, *, truncate: bool, deadline: float,
                     prompt_name: str | None = None, direction: str | None = None, param: str = "inputs") -> Served:
     """TEI's ``/embed_all``: every token's vector (the encoder's output, unpooled), per input."""
     engine = serving.engine(model, Capability.EMBED_ALL)
@@ -116,7 +116,7 @@ async def embed_all(serving: Serving, model: str | None, value: Any, *, truncate
     return Served(engine, await engine(task_request, deadline=deadline))
 
 
-async def similarity(serving: Serving, model: str | None, source: str, sentences: list[str], *, deadline: float,
+async def similarity(serving: ServingContext, model: str | None, source: str, sentences: list[str], *, deadline: float,
                      truncate: bool = True, prompt_name: str | None = None, direction: str | None = None) -> Served:
     """TEI's ``/similarity`` (and the sentence-similarity task of Hugging Face's clients): the cosine
     of each sentence's embedding with the source sentence's, in order."""
@@ -138,7 +138,7 @@ class SimilarityResult:
     prompt_tokens: int
 
 
-async def embed_by_types(serving: Serving, model: str | None, value: Any, types: list[str], *, deadline: float,
+async def embed_by_types(serving: ServingContext, model: str | None, value: Any, types: list[str], *, deadline: float,
                          **options: Any) -> tuple[Served, dict[str, np.ndarray]]:
     """Cohere's ``embedding_types``: one forward pass, the vectors in each type asked for (``float``,
     ``base64`` = float32 bytes, and the quantized types)."""

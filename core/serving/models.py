@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from core.serving.context import Served, Serving
+from core.serving.context import Served, ServingContext
 from core.serving.inputs import check_prompt, not_empty, text_list
 from core.capabilities import Capability
 from core.config import Settings
@@ -21,7 +21,7 @@ def card(engine: Engine) -> dict:
             **engine.describe()}
 
 
-def cards(serving: Serving) -> list[dict]:
+def cards(serving: ServingContext) -> list[dict]:
     return [card(e) for e in serving.registry.engines.values()]
 
 
@@ -37,7 +37,7 @@ def readiness(registry: Registry, draining: bool) -> dict:
     return {"status": "ready", "models": models}
 
 
-def first_engine(serving: Serving, model: str | None, capability: Capability) -> Engine:
+def first_engine(serving: ServingContext, model: str | None, capability: Capability) -> Engine:
     """TEI's ``/tokenize`` and ``/info``: every text model has them; without a model name the first
     served model answers (a TEI process serves one)."""
     registry = serving.registry
@@ -46,7 +46,7 @@ def first_engine(serving: Serving, model: str | None, capability: Capability) ->
     return registry.get(model, capability)
 
 
-async def tokenize(serving: Serving, engine: Engine, inputs: str | list[str], *, add_special_tokens: bool,
+async def tokenize(serving: ServingContext, engine: Engine, inputs: str | list[str], *, add_special_tokens: bool,
                    deadline: float, prompt_name: str | None = None, param: str = "input") -> Served:
     """Untruncated token pieces per text, off the event loop, with the limits of the other routes: the
     texts' limits, tokens per request (413), the deadline (504). ``prompt_name``: tokenized as the

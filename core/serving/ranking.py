@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.capabilities import Capability
-from core.serving.context import Served, Serving
+from core.serving.context import Served, ServingContext
 from core.serving.inputs import (
     check_positive,
     check_texts,
@@ -16,11 +16,11 @@ from core.serving.inputs import (
     truncation_direction,
 )
 from core.tasks.classify import ClassifyRequest
-from core.tasks.late_interaction import ScoreRequest
+from core.tasks.late_interaction import MaxSimRequest
 from core.tasks.rerank import RerankRequest
 
 
-async def rerank(serving: Serving, model: str | None, query: str, documents: Any, *, deadline: float,
+async def rerank(serving: ServingContext, model: str | None, query: str, documents: Any, *, deadline: float,
                  raw_scores: bool = False, truncate: bool = True, max_tokens_per_doc: int | None = None,
                  top_n: int | None = None, direction: str | None = None,
                  param: str = "documents", instruction: str | None = None) -> tuple[Served, list[str]]:
@@ -36,16 +36,16 @@ async def rerank(serving: Serving, model: str | None, query: str, documents: Any
     return Served(engine, await engine(task_request, deadline=deadline)), texts
 
 
-async def score(serving: Serving, model: str | None, query: str, documents: Any, *, truncate: bool,
+async def maxsim(serving: ServingContext, model: str | None, query: str, documents: Any, *, truncate: bool,
                 deadline: float) -> Served:
     """``/v1/score``: MaxSim of each document against the query, in input order."""
     engine = serving.engine(model, Capability.SCORE)
     texts = document_texts(documents, serving.settings)
-    return Served(engine, await engine(ScoreRequest(query=query, documents=texts, truncate=truncate),
+    return Served(engine, await engine(MaxSimRequest(query=query, documents=texts, truncate=truncate),
                                        deadline=deadline))
 
 
-async def classify(serving: Serving, model: str | None, inputs: Any, *, deadline: float,
+async def classify(serving: ServingContext, model: str | None, inputs: Any, *, deadline: float,
                    labels: list[str] | None = None, top_k: int | None = None, raw_scores: bool = False,
                    truncate: bool = True, direction: str | None = None) -> tuple[Served, list[int]]:
     """``/v1/classify``: per input the label scores; also the label columns asked for."""
@@ -58,7 +58,7 @@ async def classify(serving: Serving, model: str | None, inputs: Any, *, deadline
     return Served(engine, await engine(task_request, deadline=deadline)), columns
 
 
-async def predict(serving: Serving, model: str | None, inputs: Any, *, deadline: float, raw_scores: bool = False,
+async def predict(serving: ServingContext, model: str | None, inputs: Any, *, deadline: float, raw_scores: bool = False,
                   truncate: bool = True, direction: str | None = None) -> tuple[Served, bool]:
     """TEI's ``/predict``: single texts or (text, text_pair) pairs; also whether one input was sent."""
     engine = serving.engine(model, Capability.CLASSIFY)

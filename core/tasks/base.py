@@ -35,6 +35,14 @@ class RequestLimits:
     response_bytes: int = 32 * 1024 * 1024  # max_response_bytes
 
 
+@dataclass(slots=True)
+class ScoreResult:
+    """One score per document (rerank, late-interaction MaxSim), in input order."""
+
+    scores: np.ndarray  # float32 (n,)
+    prompt_tokens: int
+
+
 class Item(Protocol):
     @property
     def cost(self) -> int: ...

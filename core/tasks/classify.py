@@ -12,7 +12,7 @@ from core.capabilities import Capability
 from core.config import ModelSpec
 from core.errors import InvalidInput
 from core.loading import ModelInfo, labels_of
-from core.tasks.scoring import sigmoid, softmax
+from core.tasks.activations import sigmoid, softmax
 from core.tasks.base import TextTask
 from core.tokenization import Encoded
 

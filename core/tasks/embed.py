@@ -35,9 +35,9 @@ class EmbedRequest:
     prompt: str | None = None  # literal prompt text, prepended to each text
     prompt_name: str | None = None  # a named prompt of the model (config_sentence_transformers.json / spec)
     input_type: str | None = None  # "query" | "document" (late interaction encodes them differently)
-    #: what a multi-output model returns: "dense" (/v1/embeddings) or "sparse" (the sparse routes);
-    #: "tokens": every token's vector, unpooled (TEI's /embed_all)
-    output: str = "dense"
+    #: what the request asks for: "pooled", one vector per text (/v1/embeddings); "sparse" (a multi-output
+    #: model on the sparse routes); "tokens", every token's vector, unpooled (TEI's /embed_all)
+    output: str = "pooled"
     #: which end an over-long text loses: "right" (keep the start) or "left" (keep the end)
     truncation_direction: str = "right"
     #: long inputs (core/tasks/chunking.py): windows pooled into one vector per text, or one vector per chunk

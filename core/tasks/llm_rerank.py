@@ -25,7 +25,8 @@ from core.loading import ModelInfo, is_causal_lm, logit_score_config
 from core.tasks.base import TextTask
 from core.tasks.prompts import resolve_prompt
 from core.tasks.rerank import RerankRequest
-from core.tasks.scoring import ScoreResult, sigmoid
+from core.tasks.activations import sigmoid
+from core.tasks.base import ScoreResult
 from core.tokenization import MAX_TOKENS_PER_CHAR, Encoded, unencodable
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,8 @@ from core.capabilities import Capability
 from core.config import ModelSpec
 from core.errors import InvalidInput
 from core.loading import ModelInfo, labels_of, num_labels
-from core.tasks.scoring import ScoreResult, cross_encoder_activation, sigmoid
+from core.tasks.activations import cross_encoder_activation, sigmoid
+from core.tasks.base import ScoreResult
 from core.tasks.base import TextTask
 from core.tokenization import Encoded
 

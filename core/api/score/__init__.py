@@ -1,5 +1,5 @@
 """``/v1/score``: late-interaction (MaxSim) scores of documents against a query, its schemas and answer. The
-work itself: ``core.serving.ranking.score``."""
+work itself: ``core.serving.ranking.maxsim``."""
 
 from fastapi import APIRouter
 

@@ -20,6 +20,6 @@ router = APIRouter()
 @router.post("/score", include_in_schema=False)
 async def score(body: schemas.ScoreRequest, request: Request) -> Response:
     serving = serving_of(request)
-    work = ranking.score(serving, body.model, body.query, body.documents, truncate=body.truncate,
+    work = ranking.maxsim(serving, body.model, body.query, body.documents, truncate=body.truncate,
                          deadline=deadline_for(request, serving))
     return JSONBytes(dumps(score_list(await until_disconnect(request, work))))

@@ -1,19 +1,10 @@
-"""Helpers shared by the score-producing tasks (rerank, classify): activations on logits."""
+"""Activations on logits, shared by the tasks that turn logits into scores (rerank, classify)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-
-@dataclass(slots=True)
-class ScoreResult:
-    """One score per document (rerank, late-interaction MaxSim), in input order."""
-
-    scores: np.ndarray  # float32 (n,)
-    prompt_tokens: int
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
