@@ -1,12 +1,12 @@
 """The in-process API: Tessera's models from async Python code, without HTTP (as Infinity's
 ``AsyncEngineArray``). The same registry, batchers, limits and results as the server's routes::
 
-    from core.inprocess import AsyncEngine
+    from core.inprocess import AsyncModels
 
-    async with AsyncEngine.from_env() as engine:          # TESSERA_* settings, or AsyncEngine(settings)
-        vectors = await engine.embed(["a text", "another"])              # float32 (n, d)
-        scores = await engine.rerank("a query", ["doc one", "doc two"])  # float32 (n,), input order
-        labels, probs = await engine.classify(["great!"])                 # label names, (n, labels)
+    async with AsyncModels.from_env() as api:             # TESSERA_* settings, or AsyncModels(settings)
+        vectors = await api.embed(["a text", "another"])              # float32 (n, d)
+        scores = await api.rerank("a query", ["doc one", "doc two"])  # float32 (n,), input order
+        labels, probs = await api.classify(["great!"])                 # label names, (n, labels)
 
 Concurrent calls share each model's batcher (its token budget and queue), so a batch job may fire many
 calls at once. Every call has the server's deadline (``request_timeout_s``) unless given one.
@@ -17,30 +17,32 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import warnings
 from typing import Any, Mapping
 
 import numpy as np
 
-from core.api.serving import Serving
-from core.api.serving import embeddings, ranking
 from core.config import Settings, settings_from_env
 from core.engine import Registry
+from core.serving import ServingContext, embeddings, ranking
 
 
-class AsyncEngine:
+class AsyncModels:
+    """The served models (a ``Registry``: one ``Engine`` per model) behind the serving layer, in-process."""
+
     def __init__(self, settings: Settings, registry: Registry | None = None) -> None:
         """``registry``: models already loaded (a surface that built them, e.g. Modal's class); without
         one, ``async with`` loads them from ``settings`` and stops them at the end."""
         self.settings = settings
         self._registry = registry
         self._owns_registry = registry is None
-        self._serving = Serving(settings, lambda: self._registry)
+        self._serving = ServingContext(settings, lambda: self._registry)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "AsyncEngine":
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "AsyncModels":
         return cls(settings_from_env(os.environ if environ is None else environ, **overrides))
 
-    async def __aenter__(self) -> "AsyncEngine":
+    async def __aenter__(self) -> "AsyncModels":
         if self._registry is None:
             self._registry = await asyncio.to_thread(Registry.from_settings, self.settings)
         await self._registry.ensure_started()
@@ -111,3 +113,12 @@ class AsyncEngine:
         served, _ = await ranking.classify(self._serving, model, texts, raw_scores=raw_scores,
                                            deadline=self._deadline(timeout_s))
         return list(served.result.labels), served.result.scores
+
+
+def __getattr__(name: str) -> Any:
+    """``AsyncEngine``: the former name of :class:`AsyncModels` (it wraps a registry of engines, not one), kept for
+    code that imports it; it warns."""
+    if name == "AsyncEngine":
+        warnings.warn("core.inprocess.AsyncEngine is now AsyncModels", DeprecationWarning, stacklevel=2)
+        return AsyncModels
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

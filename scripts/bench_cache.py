@@ -8,7 +8,7 @@ run), a Redis cache.
 
 Each round sends a request of texts never sent before (a miss: the model runs), then the same request
 again (a hit); the two answers are checked to be byte-identical. Prints the median and p90 of each, and
-the median of the per-round ratio miss/hit. Also times the same pair in-process (``AsyncEngine``, no
+the median of the per-round ratio miss/hit. Also times the same pair in-process (``AsyncModels``, no
 HTTP), where only the cache's own cost remains. Default model: the embedded all-MiniLM-L6-v2, exported to
 ONNX once into .venv/models/.
 """
@@ -74,14 +74,14 @@ def over_http(model: Path, cache: str, n: int, rounds: int, threads: int) -> dic
 
 def in_process(model: Path, n: int, rounds: int, threads: int) -> dict:
     from core.config import Settings
-    from core.inprocess import AsyncEngine
+    from core.inprocess import AsyncModels
 
     settings = Settings(models=[{"path": str(model), "name": "m", "backend": "onnx"}], threads=threads,
                         embedding_cache="memory")
 
     async def run() -> dict:
         miss, hit = [], []
-        async with AsyncEngine(settings) as engine:
+        async with AsyncModels(settings) as engine:
             for r in range(-3, rounds):
                 texts = make_texts("short", n, seed=f"inproc-{r}-{time.time_ns()}")
                 times, answers = [], []

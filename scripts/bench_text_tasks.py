@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> None:
     from core.config import default_model_path
     from core.tasks.embed import EmbedRequest
-    from core.tasks.late_interaction import ScoreRequest
+    from core.tasks.late_interaction import MaxSimRequest
     from core.tasks.rerank import RerankRequest
 
     parser = argparse.ArgumentParser()
@@ -54,7 +54,7 @@ def main() -> None:
               EmbedRequest(texts=docs))
     minilm = default_model_path()
     bench("MiniLM late-interaction MaxSim 1xN", load_engine(minilm, task="late_interaction"),
-          ScoreRequest("how do cats sleep?", docs))
+          MaxSimRequest("how do cats sleep?", docs))
     bench("MiniLM dense embed", load_engine(minilm), EmbedRequest(texts=docs))
     rerankers = sorted((ROOT / ".venv" / "test-cache").glob("tiny-reranker-*"))
     if rerankers:

@@ -75,7 +75,7 @@ import orjson  # noqa: E402
 from pydantic import Field  # noqa: E402
 
 from core.api.app import create_app  # noqa: E402
-from core.api.encode import least_embeddings_answer_bytes  # noqa: E402
+from core.api.embeddings.encode import least_embeddings_answer_bytes  # noqa: E402
 from core.api.keys import ApiKeys  # noqa: E402
 from core.api.lifecycle import StartBatchers  # noqa: E402
 from core.api.warm_pass import registry_requests, warm_app  # noqa: E402

@@ -255,9 +255,9 @@ class Tessera:
         """Bulk path: embed one shard without HTTP (one row per text; float32, or the ``embedding_type`` of
         ``options``, which are /v1/embeddings' vector options), through the same batcher as the web
         requests, so concurrent shards share its token budget instead of each running the model at once."""
-        from core.inprocess import AsyncEngine
+        from core.inprocess import AsyncModels
 
-        return await AsyncEngine(self.settings, self.registry).embed(texts, model, **(options or {}))
+        return await AsyncModels(self.settings, self.registry).embed(texts, model, **(options or {}))
 
     @modal.method()
     async def describe_model(self, model: str | None = None) -> dict:

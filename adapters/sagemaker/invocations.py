@@ -2,7 +2,7 @@
 
 ``/invocations`` does not re-implement any route: it picks the target route, then runs the request
 through the app's own router at that path (``/v1/<route>``), so validation, limits, batching and
-error rendering are those of the HTTP API, and a route added to ``core.api.routes`` is reachable here
+error rendering are those of the HTTP API, and a route added to ``core.api.features`` is reachable here
 without a change.
 
 - Route: ``X-Amzn-SageMaker-Custom-Attributes: route=rerank`` (pairs separated by ``,`` or ``;``),
@@ -42,13 +42,14 @@ from adapters.sagemaker.models import SAGEMAKER_MAX_RESPONSE_BYTES
 from adapters.sagemaker.jsonlines import (DEFAULT_CONCURRENCY, JSONLINES, JSONLINES_TYPES, assemble, run_records,
                                           split_records)
 from core.api.app import create_app
-from core.api.encode import least_embeddings_answer_bytes
+from core.api.embeddings.encode import least_embeddings_answer_bytes
+from core.api.features import feature_for
 from core.api.warm_pass import WarmRequest, registry_requests
+from core.capabilities import AUXILIARY_CAPABILITIES
 from core.config import Settings
 from core.engine import Registry
 from core.errors import InvalidInput, NotFound, TesseraError, TooLarge
 from core.tracing import NO_TRACER, NoTracer, OtelTracer
-from core.tasks.base import AUXILIARY_CAPABILITIES
 
 CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
 JSON = "application/json"
@@ -317,6 +318,7 @@ def build_router(default_route: str | None = None, *, max_response_bytes: int = 
 
 
 def _only_capability(request: Request) -> str:
+    """The route of the one main capability the served models share (``embeddings/sparse`` for a sparse model)."""
     registry = request.app.state.registry
     capabilities = set()
     for engine in (registry.engines.values() if registry is not None else ()):
@@ -327,7 +329,7 @@ def _only_capability(request: Request) -> str:
             f"or a \"route\" field in the body (served capabilities: {sorted(capabilities)})",
             param="route", code="route_required",
         )
-    return next(iter(capabilities))
+    return feature_for(next(iter(capabilities))).route.removeprefix("/v1/")
 
 
 def warm_requests(registry: Registry) -> list[WarmRequest]:

@@ -17,7 +17,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from core.api.encode import dumps
+from core.api.common import dumps
 from core.errors import NotReady, RequestTimeout, TesseraError, TooLarge
 from core.request_context import note_error
 

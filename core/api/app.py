@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from core.api.encode import dumps
+from core.api.common import dumps
 from core.api.keys import ApiKeys
 from core.api.admission import BodyReader, Drainer, InProgress, JsonShape
 from core.api.cors import Cors
@@ -25,8 +25,7 @@ from core.api.docs_ui import DOC_PATHS, add_offline_docs
 from core.api.guard import UnhandledErrors
 from core.api.observability import Observability, Tracing
 from core.api.paths import Prefixes, route_path
-from core.api.routes import router
-from core.api.serving import Serving
+from core.api.features import router
 from core.api.warm_pass import WarmRequest, is_warm_pass, registry_requests, warm_app
 from core.config import Settings
 from core.engine import Registry
@@ -43,6 +42,7 @@ from core.errors import (
 )
 from core.metrics import Metrics
 from core.request_context import note_error, note_rejection
+from core.serving import ServingContext
 from core.tracing import NO_TRACER, NoTracer, OtelTracer
 
 log = logging.getLogger("tessera")
@@ -267,7 +267,7 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
     app.state.metrics = metrics
     app.state.draining = False
     #: what the routes call: request → engine → result (reads the registry the lifespan loads)
-    app.state.serving = Serving(settings, lambda: app.state.registry, metrics=metrics)
+    app.state.serving = ServingContext(settings, lambda: app.state.registry, metrics=metrics)
     app.include_router(router)
 
     @app.exception_handler(TesseraError)

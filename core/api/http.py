@@ -13,8 +13,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
-from core.api.serving import Serving
 from core.errors import ClientClosed, InvalidInput
+from core.serving import ServingContext
 
 TIMEOUT_HEADER = "x-request-timeout"
 T = TypeVar("T")
@@ -25,7 +25,7 @@ class JSONBytes(Response):
     media_type = "application/json"
 
 
-def serving_of(request: Request) -> Serving:
+def serving_of(request: Request) -> ServingContext:
     return request.app.state.serving
 
 
@@ -35,7 +35,7 @@ def model_choice(request: Request) -> str | None:
     return request.query_params.get("model") or request.headers.get("x-model")
 
 
-def deadline_for(request: Request, serving: Serving) -> float:
+def deadline_for(request: Request, serving: ServingContext) -> float:
     """The request's deadline: the server's timeout, shortened by an ``X-Request-Timeout`` header (seconds)."""
     timeout = serving.settings.request_timeout_s
     header = request.headers.get(TIMEOUT_HEADER)

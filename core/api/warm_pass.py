@@ -24,18 +24,15 @@ escapes is a bug every request would meet.
 from __future__ import annotations
 
 import asyncio
-import base64
-import io
 import logging
-import struct
 import time
-import wave
-import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import orjson
 from starlette.types import ASGIApp, Message, Scope
+
+from core.api.features import warm_bodies
 
 log = logging.getLogger("tessera.warm_pass")
 
@@ -44,7 +41,6 @@ WARM_PASS = object()
 _EXTENSION = "tessera.warm_pass"
 #: the most one warm request may take before it is given up (logged, not fatal)
 REQUEST_TIMEOUT_S = 60.0
-TEXT = "warm-up"
 
 
 @dataclass(frozen=True)
@@ -72,54 +68,12 @@ def is_warm_pass(scope: Scope) -> bool:
     return scope.get("extensions", {}).get(_EXTENSION) is WARM_PASS
 
 
-def _data_uri(mime: str, data: bytes) -> str:
-    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
-
-
-def _png(width: int = 8, height: int = 8) -> bytes:
-    """A grey RGB PNG (the format's minimum: signature, IHDR, one IDAT, IEND)."""
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    rows = b"".join(b"\x00" + b"\x80" * (3 * width) for _ in range(height))  # filter byte 0, then the pixels
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
-
-
-def _wav_silence(seconds: float = 0.25, rate: int = 16000) -> bytes:
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(rate)
-        out.writeframes(bytes(2 * int(seconds * rate)))
-    return buffer.getvalue()
-
-
 def requests_for(name: str, capabilities: Iterable[str], modalities: Iterable[str]) -> list[WarmRequest]:
-    """The warm requests of one served model: one per route family its task serves (embeddings both as
-    float lists and as base64, and once per input modality), the auxiliary routes left out."""
-    capabilities, modalities = set(capabilities), tuple(modalities)
-    out: list[WarmRequest] = []
-    if "embeddings" in capabilities:
-        for encoding in ("float", "base64"):
-            out.append(WarmRequest("POST", "/v1/embeddings", {"model": name, "input": TEXT, "encoding_format": encoding},
-                                   label=f"{name}: embeddings {encoding}"))
-        media = {"image": _data_uri("image/png", _png()), "audio": _data_uri("audio/wav", _wav_silence())}
-        for modality in modalities:
-            if modality in media:
-                out.append(WarmRequest("POST", "/v1/embeddings",
-                                       {"model": name, "input": [media[modality]], "modality": modality},
-                                       label=f"{name}: embeddings {modality}"))
-    if "embeddings_sparse" in capabilities:
-        out.append(WarmRequest("POST", "/v1/embeddings/sparse", {"model": name, "input": TEXT},
-                               label=f"{name}: sparse embeddings"))
-    if "rerank" in capabilities:
-        out.append(WarmRequest("POST", "/v1/rerank", {"model": name, "query": TEXT, "documents": [TEXT]},
-                               label=f"{name}: rerank"))
-    if "classify" in capabilities:
-        out.append(WarmRequest("POST", "/v1/classify", {"model": name, "input": TEXT}, label=f"{name}: classify"))
-    return out
+    """The warm requests of one served model: those its task's features declare (core/api/features.py; one per
+    route family: embeddings both as float lists and as base64, and once per input modality), the auxiliary
+    routes left out."""
+    return [WarmRequest("POST", route, body, label=f"{name}: {label}")
+            for route, label, body in warm_bodies(name, capabilities, modalities)]
 
 
 def registry_requests(registry) -> list[WarmRequest]:

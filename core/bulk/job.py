@@ -163,9 +163,10 @@ class ChunkEmbedder:
         self._prefix = b""
 
     async def start(self) -> "ChunkEmbedder":
-        from core.api.serving import Serving
-        from core.api.serving.embeddings import embed_request
-        from core.api.serving.inputs import truncation_direction
+        from core.capabilities import Capability
+        from core.serving import ServingContext
+        from core.serving.embeddings import embed_request
+        from core.serving.inputs import truncation_direction
         from core.cache import EmbeddingCache
         from core.cache.stores import MemoryStore
         from core.engine import Registry
@@ -175,10 +176,10 @@ class ChunkEmbedder:
             self._registry.raise_if_unusable(allow_degraded=True)
         await self._registry.ensure_started()
         spec = select_spec(self.settings, self.options.model)
-        self.engine = self._registry.get(spec.served_name, "embeddings")
+        self.engine = self._registry.get(spec.served_name, Capability.EMBEDDINGS)
         store = self._store if self._store is not None else MemoryStore(self.settings.embedding_cache_bytes)
         self.cache = EmbeddingCache(store)
-        self.serving = Serving.of(self.settings, self._registry)
+        self.serving = ServingContext.of(self.settings, self._registry)
         self.serving.embedding_cache = None  # the job's store is its cache
         self._template = embed_request(self.settings, ["x"], **self.options.request_options())
         self._template.truncation_direction = truncation_direction(None, self.engine.task)
@@ -195,7 +196,7 @@ class ChunkEmbedder:
                 "dimension": self.options.dimensions or self.engine.task.dimension}
 
     async def _run(self, texts: list[str]):
-        from core.api.serving.embeddings import embed_request
+        from core.serving.embeddings import embed_request
 
         request = embed_request(self.settings, texts, **self.options.request_options())
         request.truncation_direction = self._template.truncation_direction
@@ -204,7 +205,7 @@ class ChunkEmbedder:
     async def embed(self, texts: list[str]) -> np.ndarray:
         """The chunk's vectors in order (quantized as the job asks); each distinct text the store lacks
         runs once."""
-        from core.api.serving.embeddings import quantized
+        from core.serving.embeddings import quantized
         from core.cache import decode_value, encode_value
 
         cache = self.cache

@@ -30,10 +30,11 @@ def shard_options(options: JobOptions) -> dict:
 
 async def describe_engine(settings, registry, model: str | None) -> dict:
     """What a bulk job's output records of the served model (its identity hashed here, where it is served)."""
-    from core.api.serving import Serving
+    from core.capabilities import Capability
+    from core.serving import ServingContext
     from core.cache.identity import model_identity
 
-    engine = Serving.of(settings, registry).engine(model, "embeddings")
+    engine = ServingContext.of(settings, registry).engine(model, Capability.EMBEDDINGS)
     identity = await asyncio.to_thread(model_identity, engine)
     return {"name": engine.name, "identity": identity, "backend": engine.backend.name, "dtype": engine.spec.dtype,
             "device": engine.spec.device, "dimension": getattr(engine.task, "dimension", None)}

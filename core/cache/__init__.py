@@ -52,7 +52,7 @@ def build_cache(settings: Any, metrics: Any = None) -> "EmbeddingCache | None":
 
 def cacheable(engine: Any, request: Any) -> bool:
     return (engine.task.name == "embed" and request.modality == "text" and request.texts is not None
-            and request.token_ids is None and request.output == "dense" and request.late_chunking is None)
+            and request.token_ids is None and request.output == "pooled" and request.late_chunking is None)
 
 
 def _option_value(value: Any) -> Any:

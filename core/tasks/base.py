@@ -15,13 +15,11 @@ from typing import Any, ClassVar, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from core.capabilities import Capability
 from core.errors import Unsupported
 from core.loading import ModelInfo
 from core.tokenization import TextTokenizer, pad_batch
 
-
-#: capabilities every task of a kind offers beside its main one (never a model's default route)
-AUXILIARY_CAPABILITIES = frozenset({"tokenize", "score", "embed_all"})
 
 #: texts up to this many characters in all are tokenized on the event loop (~0.1 ms), not on a worker
 INLINE_PREPARE_CHARS = 1000
@@ -37,6 +35,14 @@ class RequestLimits:
     response_bytes: int = 32 * 1024 * 1024  # max_response_bytes
 
 
+@dataclass(slots=True)
+class ScoreResult:
+    """One score per document (rerank, late-interaction MaxSim), in input order."""
+
+    scores: np.ndarray  # float32 (n,)
+    prompt_tokens: int
+
+
 class Item(Protocol):
     @property
     def cost(self) -> int: ...
@@ -48,9 +54,8 @@ class Task:
 
     name: ClassVar[str]
     head: ClassVar[str]
-    #: what the task serves, matched by routes through ``Registry.get(model, capability)``:
-    #: "embeddings" (/v1/embeddings), "rerank", "classify", "embeddings_sparse", "score", "tokenize"
-    capabilities: ClassVar[frozenset[str]]
+    #: what the task serves, matched by routes through ``Registry.get(model, capability)`` (core/capabilities.py)
+    capabilities: ClassVar[frozenset[Capability]]
     #: the inputs it embeds (``/v1/models`` shows them; a request in another modality is refused)
     modalities: ClassVar[tuple[str, ...]] = ("text",)
     #: what the model folder says (pooling, max length, config)

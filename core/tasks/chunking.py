@@ -95,7 +95,7 @@ def in_force(task, request) -> ChunkOptions | None:
         return ChunkOptions(default.size, default.overlap) if default is not None else ChunkOptions()
     if asked is not None:
         return asked
-    if default is None or request.output != "dense" or request.texts is None or request.token_ids is not None \
+    if default is None or request.output != "pooled" or request.texts is None or request.token_ids is not None \
             or request.late_chunking is not None or request.prompt is not None or request.prompt_name is not None:
         return None
     return ChunkOptions(default.size, default.overlap)

@@ -8,10 +8,11 @@ from typing import ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from core.capabilities import Capability
 from core.config import ModelSpec
 from core.errors import InvalidInput
 from core.loading import ModelInfo, labels_of
-from core.tasks.scoring import sigmoid, softmax
+from core.tasks.activations import sigmoid, softmax
 from core.tasks.base import TextTask
 from core.tokenization import Encoded
 
@@ -35,7 +36,7 @@ class ClassifyResult:
 class ClassifyTask(TextTask):
     name: ClassVar[str] = "classify"
     head: ClassVar[str] = "sequence-classification"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"classify", "tokenize"})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLASSIFY, Capability.TOKENIZE})
     truncates_left: ClassVar[bool] = True
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):

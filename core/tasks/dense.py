@@ -1,4 +1,6 @@
-"""sentence-transformers ``Dense`` modules in numpy, run by the embed task on the pooled vector.
+"""sentence-transformers ``Dense`` modules in numpy, run by the embed task on the pooled vector. (In this code
+"dense" names these modules only, as ``dense_path`` does; a text's one vector is "pooled", as opposed to
+"sparse" and to every token's, "tokens": ``EmbedRequest.output``.)
 
 Why here and not in the backend graph: the projection is one small matmul per item on a (batch, hidden)
 array, microseconds beside the encoder; running it in the task keeps every backend (torch, ONNX, CTranslate2,

@@ -7,6 +7,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from core.capabilities import Capability
 from core.config import ModelSpec
 from core.errors import InvalidInput, TooLarge, Unsupported
 from core.loading import ModelInfo, read_embed_pipeline, task_adapters
@@ -34,9 +35,9 @@ class EmbedRequest:
     prompt: str | None = None  # literal prompt text, prepended to each text
     prompt_name: str | None = None  # a named prompt of the model (config_sentence_transformers.json / spec)
     input_type: str | None = None  # "query" | "document" (late interaction encodes them differently)
-    #: what a multi-output model returns: "dense" (/v1/embeddings) or "sparse" (the sparse routes);
-    #: "tokens": every token's vector, unpooled (TEI's /embed_all)
-    output: str = "dense"
+    #: what the request asks for: "pooled", one vector per text (/v1/embeddings); "sparse" (a multi-output
+    #: model on the sparse routes); "tokens", every token's vector, unpooled (TEI's /embed_all)
+    output: str = "pooled"
     #: which end an over-long text loses: "right" (keep the start) or "left" (keep the end)
     truncation_direction: str = "right"
     #: long inputs (core/tasks/chunking.py): windows pooled into one vector per text, or one vector per chunk
@@ -75,7 +76,8 @@ class EmbedTask(TextTask):
     name: ClassVar[str] = "embed"
     head: ClassVar[str] = "encoder"
     #: embed_all: every token's vector (TEI's /embed_all)
-    capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings", "tokenize", "embed_all"})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.EMBEDDINGS, Capability.TOKENIZE,
+                                                               Capability.EMBED_ALL})
     modalities: ClassVar[tuple[str, ...]] = ("text",)
     truncates_left: ClassVar[bool] = True
     chunks: ClassVar[bool] = True

@@ -26,6 +26,7 @@ from typing import ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from core.capabilities import Capability
 from core.config import ModelSpec
 from core.errors import InvalidInput, TooLarge
 from core.loading import DenseModule, ModelInfo, is_stanford_colbert, stanford_colbert_settings
@@ -33,7 +34,7 @@ from core.tasks.base import Task
 from core.tasks.dense import DenseLayer
 from core.tasks.embed import EmbedRequest, EmbedResult
 from core.tasks.prompts import resolve_prompt
-from core.tasks.scoring import ScoreResult
+from core.tasks.base import ScoreResult
 from core.tasks.vectors import l2_normalize
 from core.tokenization import TextTokenizer
 from core.tasks.chunking import refuse_long_input_options
@@ -43,7 +44,9 @@ DOCUMENT_TYPES = frozenset({"document", "search_document", "passage"})
 
 
 @dataclass(slots=True)
-class ScoreRequest:
+class MaxSimRequest:
+    """``/v1/score``'s work: the MaxSim score of each document against the query, in input order."""
+
     query: str
     documents: list[str]
     truncate: bool = True
@@ -139,7 +142,7 @@ def maxsim(query: np.ndarray, document: np.ndarray) -> float:
 class LateInteractionTask(Task):
     name: ClassVar[str] = "late_interaction"
     head: ClassVar[str] = "encoder"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings", "score", "tokenize"})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.EMBEDDINGS, Capability.SCORE, Capability.TOKENIZE})
     fetches_inputs: ClassVar[bool] = False
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
@@ -219,9 +222,9 @@ class LateInteractionTask(Task):
         return items
 
     # the task contract -----------------------------------------------------------------------------
-    def prepare(self, request: EmbedRequest | ScoreRequest) -> list[TokenItem]:
+    def prepare(self, request: EmbedRequest | MaxSimRequest) -> list[TokenItem]:
         refuse_long_input_options(request, self.name)
-        if isinstance(request, ScoreRequest):
+        if isinstance(request, MaxSimRequest):
             if not request.documents:
                 raise InvalidInput("'documents' must not be empty", param="documents")
             return (self._items([request.query], is_query=True, truncate=request.truncate)
@@ -243,7 +246,7 @@ class LateInteractionTask(Task):
 
     def answer_values(self, request, items: Sequence[TokenItem]) -> int | None:
         """An embedding answers a vector per kept token; a score request, one score per document."""
-        if isinstance(request, ScoreRequest):
+        if isinstance(request, MaxSimRequest):
             return None
         return int(sum(int(it.keep.sum()) if it.keep is not None else it.cost for it in items)) * (self.dimension or 0)
 
@@ -269,7 +272,7 @@ class LateInteractionTask(Task):
 
     def finish(self, request, items: Sequence[TokenItem], results: list[np.ndarray]):
         tokens = sum(it.attend for it in items)
-        if isinstance(request, ScoreRequest):
+        if isinstance(request, MaxSimRequest):
             query, docs = results[0], results[1:]
             return ScoreResult(np.asarray([maxsim(query, d) for d in docs], dtype=np.float32), tokens)
         return EmbedResult(list(results), tokens)

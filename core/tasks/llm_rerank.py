@@ -18,13 +18,15 @@ from typing import ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from core.capabilities import Capability
 from core.config import ModelSpec
 from core.errors import InvalidInput, TooLarge, Unsupported
 from core.loading import ModelInfo, is_causal_lm, logit_score_config
 from core.tasks.base import TextTask
 from core.tasks.prompts import resolve_prompt
 from core.tasks.rerank import RerankRequest
-from core.tasks.scoring import ScoreResult, sigmoid
+from core.tasks.activations import sigmoid
+from core.tasks.base import ScoreResult
 from core.tokenization import MAX_TOKENS_PER_CHAR, Encoded, unencodable
 
 log = logging.getLogger(__name__)
@@ -87,7 +89,7 @@ def check_chat_template(folder: Path) -> None:
 class LlmRerankTask(TextTask):
     name: ClassVar[str] = "rerank"
     head: ClassVar[str] = "causal-lm"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"rerank", "tokenize"})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.RERANK, Capability.TOKENIZE})
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
         if not is_causal_lm(info):

@@ -22,15 +22,16 @@ from typing import ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from core.capabilities import Capability
 from core.config import ModelSpec
 from core.errors import InvalidInput
 from core.loading import ModelInfo, read_embed_pipeline
 from core.tasks.base import TextTask
 from core.tasks.dense import load_safetensors, load_torch_state
 from core.tasks.embed import EmbedRequest, EmbedResult
-from core.tasks.late_interaction import ScoreRequest
+from core.tasks.late_interaction import MaxSimRequest
 from core.tasks.prompts import resolve_prompt
-from core.tasks.scoring import ScoreResult
+from core.tasks.base import ScoreResult
 from core.tasks.sparse import SparseResult, SparseVector
 from core.tasks.vectors import l2_normalize, pool, shape_vectors
 from core.tasks import chunking
@@ -54,7 +55,7 @@ def load_linear(folder: Path, name: str) -> tuple[np.ndarray, np.ndarray | None]
 class M3Item:
     ids: np.ndarray
     type_ids: np.ndarray
-    want: str  # dense | sparse | colbert
+    want: str  # pooled | sparse | colbert
     text: int = 0  # a chunked text's index (its windows are pooled into one vector in ``finish``)
 
     @property
@@ -64,7 +65,7 @@ class M3Item:
 
 @dataclass(slots=True)
 class M3Output:
-    dense: np.ndarray | None = None
+    pooled: np.ndarray | None = None
     sparse: SparseVector | None = None
     colbert: np.ndarray | None = None
 
@@ -72,7 +73,8 @@ class M3Output:
 class MultiOutputTask(TextTask):
     name: ClassVar[str] = "multi_output"
     head: ClassVar[str] = "encoder"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings", "embeddings_sparse", "score", "tokenize"})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.EMBEDDINGS, Capability.EMBEDDINGS_SPARSE,
+                                                               Capability.SCORE, Capability.TOKENIZE})
     chunks: ClassVar[bool] = True  # the dense output: windows of a long text pooled into one vector
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
@@ -97,8 +99,8 @@ class MultiOutputTask(TextTask):
         return [M3Item(e.ids, e.type_ids, want) for e in self.tokenizer.encode(texts, truncate=truncate)]
 
     # worker thread
-    def prepare(self, request: EmbedRequest | ScoreRequest) -> list[M3Item]:
-        if isinstance(request, ScoreRequest):
+    def prepare(self, request: EmbedRequest | MaxSimRequest) -> list[M3Item]:
+        if isinstance(request, MaxSimRequest):
             if not request.documents:
                 raise InvalidInput("'documents' must not be empty", param="documents")
             return self._encode([request.query, *request.documents], request.truncate, "colbert")
@@ -106,13 +108,13 @@ class MultiOutputTask(TextTask):
             raise InvalidInput("late_chunking is offered for single-vector text embedding models; this model's "
                                f"task is {self.name!r} (it offers chunking: one dense vector per text)",
                                param="late_chunking")
-        want = "sparse" if request.output == "sparse" else "dense"
+        want = "sparse" if request.output == "sparse" else "pooled"
         if request.dimensions is not None and request.dimensions > self.dimension:
             raise InvalidInput(f"dimensions={request.dimensions} exceeds the model's dimension {self.dimension}",
                                param="dimensions")
         request.chunking = chunking.in_force(self, request)
         if request.chunking is not None:
-            if want != "dense":
+            if want != "pooled":
                 raise InvalidInput("chunking applies to the dense output", param="chunking")
             return [M3Item(w.ids, w.type_ids, want, text=w.text) for w in chunking.prepare_chunked(self, request)]
         if request.token_ids is not None:
@@ -128,11 +130,11 @@ class MultiOutputTask(TextTask):
         lengths = np.fromiter((it.cost for it in items), dtype=np.int64, count=len(items))
         mask = (np.arange(hidden.shape[1])[None, :] < lengths[:, None]).astype(np.int64)
         results = [M3Output() for _ in items]
-        dense_rows = [i for i, it in enumerate(items) if it.want == "dense"]
-        if dense_rows:
-            pooled = pool(hidden[dense_rows], mask[dense_rows], self.pipeline.pooling).astype(np.float32)
-            for row, vec in zip(dense_rows, pooled):
-                results[row].dense = vec
+        pooled_rows = [i for i, it in enumerate(items) if it.want == "pooled"]
+        if pooled_rows:
+            pooled = pool(hidden[pooled_rows], mask[pooled_rows], self.pipeline.pooling).astype(np.float32)
+            for row, vec in zip(pooled_rows, pooled):
+                results[row].pooled = vec
         for row, it in enumerate(items):
             h = hidden[row, : it.cost].astype(np.float32, copy=False)
             if it.want == "sparse":
@@ -154,12 +156,12 @@ class MultiOutputTask(TextTask):
 
     def finish(self, request, items: Sequence[M3Item], results: list[M3Output]):
         tokens = sum(it.cost for it in items)
-        if isinstance(request, ScoreRequest):
+        if isinstance(request, MaxSimRequest):
             query, docs = results[0].colbert, [r.colbert for r in results[1:]]
             return ScoreResult(np.asarray([colbert_score(query, d) for d in docs], dtype=np.float32), tokens)
         if items and items[0].want == "sparse":
             return SparseResult([r.sparse for r in results], tokens)
-        vectors = np.stack([r.dense for r in results]) if results else np.zeros((0, self.dimension), np.float32)
+        vectors = np.stack([r.pooled for r in results]) if results else np.zeros((0, self.dimension), np.float32)
         vectors = self.shape(vectors, request)
         if request.chunking is not None:  # windows → one vector per text
             normalize = self.pipeline.normalize if request.normalize is None else request.normalize

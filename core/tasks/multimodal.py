@@ -22,6 +22,7 @@ from typing import ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from core.capabilities import Capability
 from core.config import ModelSpec
 from core.errors import BackendFailure, InvalidInput, TesseraError, TooLarge, Unsupported, require
 from core.loading import ModelInfo
@@ -46,7 +47,7 @@ class MediaItem:
 class MultiModalEmbedTask(Task):
     name: ClassVar[str]
     head: ClassVar[str]
-    capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings"})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.EMBEDDINGS})
     modalities: ClassVar[tuple[str, ...]]
     multi_vector: ClassVar[bool] = False
     #: L2-normalize when the request does not say (CLIP/CLAP similarity is a cosine)

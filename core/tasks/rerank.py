@@ -9,10 +9,12 @@ from typing import ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from core.capabilities import Capability
 from core.config import ModelSpec
 from core.errors import InvalidInput
 from core.loading import ModelInfo, labels_of, num_labels
-from core.tasks.scoring import ScoreResult, cross_encoder_activation, sigmoid
+from core.tasks.activations import cross_encoder_activation, sigmoid
+from core.tasks.base import ScoreResult
 from core.tasks.base import TextTask
 from core.tokenization import Encoded
 
@@ -31,7 +33,7 @@ class RerankRequest:
 class RerankTask(TextTask):
     name: ClassVar[str] = "rerank"
     head: ClassVar[str] = "sequence-classification"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"rerank", "tokenize"})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.RERANK, Capability.TOKENIZE})
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
         if num_labels(info.config) != 1:

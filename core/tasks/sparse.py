@@ -11,6 +11,7 @@ from typing import ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from core.capabilities import Capability
 from core.config import ModelSpec
 from core.errors import InvalidInput
 from core.loading import ModelInfo
@@ -39,15 +40,16 @@ def splade_pool(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return act.max(axis=1)
 
 
-def to_sparse(dense: np.ndarray) -> SparseVector:
-    idx = np.flatnonzero(dense > 0)
-    return SparseVector(idx.astype(np.int64), dense[idx].astype(np.float32))
+def to_sparse(weights: np.ndarray) -> SparseVector:
+    """One vocabulary-wide row of weights → its non-zero entries."""
+    idx = np.flatnonzero(weights > 0)
+    return SparseVector(idx.astype(np.int64), weights[idx].astype(np.float32))
 
 
 class SparseTask(TextTask):
     name: ClassVar[str] = "sparse"
     head: ClassVar[str] = "splade"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings_sparse", "tokenize"})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.EMBEDDINGS_SPARSE, Capability.TOKENIZE})
     truncates_left: ClassVar[bool] = True
 
     def __init__(self, info: ModelInfo, spec: ModelSpec):
@@ -70,13 +72,13 @@ class SparseTask(TextTask):
 
     def postprocess(self, outputs: Mapping[str, np.ndarray], items: Sequence[Encoded]) -> list[SparseVector]:
         if "sparse_embedding" in outputs:
-            dense = outputs["sparse_embedding"]
+            weights = outputs["sparse_embedding"]
         else:
             logits = outputs["logits"]
             lengths = np.fromiter((it.cost for it in items), dtype=np.int64, count=len(items))
             mask = np.arange(logits.shape[1])[None, :] < lengths[:, None]
-            dense = splade_pool(logits, mask)
-        return [to_sparse(row) for row in dense]
+            weights = splade_pool(logits, mask)
+        return [to_sparse(row) for row in weights]
 
     def finish(self, request: EmbedRequest, items: Sequence[Encoded], results: list[SparseVector]) -> SparseResult:
         return SparseResult(results, sum(it.cost for it in items))

@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from core.capabilities import Capability
 from core.config import ModelSpec
 from core.errors import InvalidInput, TooLarge, Unsupported, require
 from core.loading import ModelInfo, custom_code
@@ -138,7 +139,7 @@ def folder_chat_template(folder: Path, tokenizer) -> str | None:
 class VlmEmbedTask(Task):
     name: ClassVar[str] = "vlm_embed"
     head: ClassVar[str] = "vlm-last-token"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"embeddings"})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.EMBEDDINGS})
     modalities: ClassVar[tuple[str, ...]] = ("text", "image")
     fetches_inputs: ClassVar[bool] = True
     #: the engine and the serving layer: ``messages`` are accepted

@@ -249,9 +249,9 @@ vectors = asyncio.run(module.Tessera._get_partial_functions()["embed_shard"]._ge
 
 from core.config import ModelSpec, Settings
 from core.engine import Registry
-from core.inprocess import AsyncEngine
+from core.inprocess import AsyncModels
 settings = Settings(models=[ModelSpec(path=sys.argv[2], name="ref", backend="torch")])
-reference = asyncio.run(AsyncEngine(settings, Registry.from_settings(settings)).embed(texts, "ref"))
+reference = asyncio.run(AsyncModels(settings, Registry.from_settings(settings)).embed(texts, "ref"))
 report["shape"] = list(vectors.shape)
 report["max_abs_diff"] = float(abs(vectors - reference).max())
 print(json.dumps(report))
@@ -624,7 +624,7 @@ def test_a_model_reseeded_on_the_volume_after_the_snapshot_is_loaded_again(modal
 
     from core.config import ModelSpec, Settings
     from core.engine import Registry
-    from core.inprocess import AsyncEngine
+    from core.inprocess import AsyncModels
 
     folder = _model_copy(minilm_dir, tmp_path / "model")
     spec = {"path": str(folder), "name": "reseeded", "backend": "torch", "device": "cpu"}
@@ -651,10 +651,10 @@ def test_a_model_reseeded_on_the_volume_after_the_snapshot_is_loaded_again(modal
         MODAL_ENV.clear()
         MODAL_ENV.update(saved)
     settings = Settings(models=[ModelSpec(path=folder, name="ref", backend="torch")])
-    reference = asyncio.run(AsyncEngine(settings, Registry.from_settings(settings)).embed(texts, "ref"))
+    reference = asyncio.run(AsyncModels(settings, Registry.from_settings(settings)).embed(texts, "ref"))
     assert float(abs(served - reference).max()) < 1e-5  # the Volume's weights now, not the snapshot's
     original = Settings(models=[ModelSpec(path=minilm_dir, name="orig", backend="torch")])
-    first = asyncio.run(AsyncEngine(original, Registry.from_settings(original)).embed(texts, "orig"))
+    first = asyncio.run(AsyncModels(original, Registry.from_settings(original)).embed(texts, "orig"))
     assert float(abs(served - first).max()) > 1e-3
 
 

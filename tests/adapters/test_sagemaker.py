@@ -388,6 +388,25 @@ def test_start_up_warm_pass_covers_invocations_and_counts_nothing(minilm_dir, pa
         assert counted == []
 
 
+
+def test_a_sparse_model_alone_is_the_default_route(splade_dir):
+    """One sparse model served: a request naming no route goes to /v1/embeddings/sparse (the route of its one
+    main capability, ``embeddings_sparse``), as one embedding model's goes to /v1/embeddings."""
+    from starlette.testclient import TestClient
+
+    from adapters.sagemaker import create_sagemaker_app
+    from core.config import Settings
+
+    settings = Settings(models=[{"path": str(splade_dir), "name": "splade", "backend": "torch"}])
+    with TestClient(create_sagemaker_app(settings)) as client:
+        by_default = client.post("/invocations", json={"input": ["a cat sat", "on the mat"]})
+        named = client.post("/invocations", json={"input": ["a cat sat", "on the mat"]},
+                            headers={ATTRS: "route=embeddings/sparse"})
+    assert by_default.status_code == 200, by_default.text
+    data = by_default.json()["data"]
+    assert [item["object"] for item in data] == ["sparse_embedding"] * 2
+    assert by_default.json()["data"] == named.json()["data"]
+
 # --- SageMaker's own limits: Batch Transform's payload size, InvokeEndpoint's 60 s ------------------------------
 
 def _batch_transform_environment(max_payload_mb: int) -> dict[str, str]:

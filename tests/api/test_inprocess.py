@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 
 from core.config import Settings
-from core.inprocess import AsyncEngine
+from core.inprocess import AsyncModels
 
 TEXTS = ["an in-process call", "batch jobs embed without HTTP", "x"]
 
@@ -20,7 +21,7 @@ def test_embed_rerank_classify_in_process(minilm_onnx_dir, reranker_dir, classif
                                            {"path": str(classifier_dir), "name": "c"}])
 
     async def main():
-        async with AsyncEngine(settings) as engine:
+        async with AsyncModels(settings) as engine:
             assert engine.models == ["c", "e", "r"]
             many = await asyncio.gather(*(engine.embed([t], "e") for t in TEXTS))  # concurrent calls share a batcher
             batched = await engine.embed(TEXTS, "e")  # 3 texts, 2 per request: split, in order
@@ -34,3 +35,13 @@ def test_embed_rerank_classify_in_process(minilm_onnx_dir, reranker_dir, classif
     ref = CrossEncoder(str(reranker_dir), device="cpu").predict([("a query", t) for t in TEXTS[:2]])
     np.testing.assert_allclose(scores, ref, atol=1e-5)
     assert probs.shape == (2, len(labels)) and np.allclose(probs.sum(axis=1), 1, atol=1e-5)
+
+
+def test_the_former_name_still_imports_with_a_warning():
+    import core.inprocess
+
+    with pytest.warns(DeprecationWarning, match="AsyncModels"):
+        from core.inprocess import AsyncEngine
+    assert AsyncEngine is AsyncModels
+    with pytest.raises(AttributeError):
+        core.inprocess.NoSuchName

@@ -18,7 +18,7 @@ import pytest
 
 from core.bulk.job import JobError, JobOptions, run_local
 from core.config import Settings
-from core.inprocess import AsyncEngine
+from core.inprocess import AsyncModels
 from tests.bulk.conftest import corpus, write_jsonl
 from tests.support.server import ROOT, environ_without_settings
 
@@ -33,7 +33,7 @@ def run(settings, **options):
 
 def reference(settings, texts, **options) -> np.ndarray:
     async def go():
-        async with AsyncEngine(settings) as engine:
+        async with AsyncModels(settings) as engine:
             return await engine.embed(texts, **options)
 
     return asyncio.run(go())
@@ -114,7 +114,7 @@ def test_quantized_output_types(tmp_path, job_model, texts, kind, arrow_type, wi
     assert json.loads(table.schema.metadata[b"tessera"])["options"]["embedding_type"] == kind
 
     async def served():
-        async with AsyncEngine(settings_for(job_model)) as engine:
+        async with AsyncModels(settings_for(job_model)) as engine:
             return await engine.embed(texts[:50], embedding_type=kind)
 
     assert vectors.tobytes() == np.asarray(asyncio.run(served())).tobytes()

@@ -17,7 +17,7 @@ from benchmarks.plain_ort import batches, plain_ort_classifier, plain_ort_rerank
 from benchmarks.plain_torch import plain_torch_clip
 from benchmarks.task_models import CLASS_LABELS, build_classifier, build_clip, build_cross_encoder
 from core.config import ModelSpec, Settings
-from core.inprocess import AsyncEngine
+from core.inprocess import AsyncModels
 
 TINY_BERT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
 TINY_CLIP = dict(text=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2),
@@ -29,11 +29,11 @@ DOCS = ["the server batches requests", "a model of the vector search", "token", 
 
 
 def _served(folder, cache_dir, call, **spec):
-    """``call(engine)`` on an AsyncEngine serving ``folder`` as "m" with a spec of path and name only
+    """``call(engine)`` on an AsyncModels serving ``folder`` as "m" with a spec of path and name only
     (and ``spec``: the dtype)."""
     async def run():
         models = [ModelSpec(path=folder, name="m", **spec)]
-        async with AsyncEngine(Settings(models=models, cache_dir=cache_dir)) as engine:
+        async with AsyncModels(Settings(models=models, cache_dir=cache_dir)) as engine:
             return await call(engine)
 
     return asyncio.run(run())

@@ -16,7 +16,7 @@ from core.errors import InvalidInput
 from core.loading import detect_task, read_model_info
 from core.tasks.chunking import ChunkOptions, LateChunkOptions
 from core.tasks.embed import EmbedRequest
-from core.tasks.late_interaction import ScoreRequest
+from core.tasks.late_interaction import MaxSimRequest
 from tests.support import chunk_reference, text_models
 from tests.support.cache import CT2_SOURCES, ONNX_EXPORT_SOURCES, cached_build
 from tests.support.engines import run_concurrently
@@ -104,7 +104,7 @@ def test_dense_sparse_and_colbert_match_the_formulas(m3_dirs, m3_reference, sent
     assert sum(len(v.indices) for v in sparse) > 5 * len(sentences)  # most tokens carry weight
 
     docs = sentences[:20]
-    scores = engine.run_sync(ScoreRequest(query=QUERY, documents=docs)).scores
+    scores = engine.run_sync(MaxSimRequest(query=QUERY, documents=docs)).scores
     q = m3_reference[QUERY][2]
     ref_scores = np.array([(q @ m3_reference[d][2].T).max(axis=1).mean() for d in docs])
     c_diff = np.abs(scores - ref_scores).max()
@@ -151,11 +151,11 @@ def test_mixed_requests_share_batches_and_equal_single_runs(m3_dirs, sentences, 
     own one-at-a-time run."""
     engine = Engine.load(ModelSpec(path=m3_dirs(backend), backend=backend), SETTINGS)
     texts = sentences[:16]
-    requests = [EmbedRequest(texts=[t], output="sparse" if i % 2 else "dense") for i, t in enumerate(texts)]
-    requests.append(ScoreRequest(query=QUERY, documents=texts[:5]))
+    requests = [EmbedRequest(texts=[t], output="sparse" if i % 2 else "pooled") for i, t in enumerate(texts)]
+    requests.append(MaxSimRequest(query=QUERY, documents=texts[:5]))
     singles = [engine.run_sync(r) for r in requests]
     for req, single, batched in zip(requests, singles, run_concurrently(engine, requests)):
-        if isinstance(req, ScoreRequest):
+        if isinstance(req, MaxSimRequest):
             np.testing.assert_allclose(batched.scores, single.scores, atol=2e-5)
         elif req.output == "sparse":
             assert batched.vectors[0].indices.tolist() == single.vectors[0].indices.tolist()
@@ -198,7 +198,7 @@ def test_chunking_default_leaves_sparse_and_score_alone(m3_dirs, m3_reference, s
     engine = Engine.load(ModelSpec(path=m3_dirs("torch"), chunking={"size": 48}), SETTINGS)
     sparse = engine.run_sync(EmbedRequest(texts=sentences[:3], output="sparse")).vectors
     assert [v.indices.tolist() for v in sparse] == [sorted(m3_reference[t][1]) for t in sentences[:3]]
-    scores = engine.run_sync(ScoreRequest(query=QUERY, documents=sentences[:3])).scores
+    scores = engine.run_sync(MaxSimRequest(query=QUERY, documents=sentences[:3])).scores
     q = m3_reference[QUERY][2]
     np.testing.assert_allclose(scores, [(q @ m3_reference[d][2].T).max(axis=1).mean() for d in sentences[:3]],
                                atol=1e-5)

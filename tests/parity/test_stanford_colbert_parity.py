@@ -19,7 +19,7 @@ from core.config import ModelSpec, Settings
 from core.engine import Engine
 from core.loading import detect_task, read_model_info
 from core.tasks.embed import EmbedRequest
-from core.tasks.late_interaction import ScoreRequest
+from core.tasks.late_interaction import MaxSimRequest
 from tests.support import family_models, text_models
 from tests.support.cache import CT2_SOURCES, ONNX_EXPORT_SOURCES, cached_build
 from tests.support.sentences import DOCS, LONG, QUERY, SENTENCES
@@ -158,7 +158,7 @@ def test_vectors_and_scores_match_colberts_recipe(colbert_dirs, references, vari
         np.testing.assert_allclose(got, want, atol=1e-5)
     doc_maxlen = family_models.STANFORD_COLBERTS[variant][0]["doc_maxlen"]
     assert len(ref.tok(". " + LONG)["input_ids"]) > doc_maxlen >= len(got_d[-1])  # LONG is cut
-    scores = engine.run_sync(ScoreRequest(QUERY, [d for d in DOCS if d])).scores
+    scores = engine.run_sync(MaxSimRequest(QUERY, [d for d in DOCS if d])).scores
     q = ref.queries([QUERY])[0]
     want_scores = [float((q @ d.T).max(axis=1).sum()) for d in ref.documents([d for d in DOCS if d])]
     print(f"\n[parity] stanford-colbert {variant} {backend}: worst token cosine {worst:.7f}, "

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from core.api.app import create_app
 from core.config import ModelSpec, Settings
 from core.tasks.embed import EmbedRequest
-from core.tasks.late_interaction import ScoreRequest
+from core.tasks.late_interaction import MaxSimRequest
 from tests.support.engines import load_engine
 
 QUERY = "who wrote the theory of relativity?"
@@ -57,7 +57,7 @@ def test_score_route(client, engine):
     assert r.status_code == 200, r.text
     body = r.json()
     assert [d["index"] for d in body["data"]] == [0, 1]
-    ref = engine.run_sync(ScoreRequest(QUERY, DOCS)).scores
+    ref = engine.run_sync(MaxSimRequest(QUERY, DOCS)).scores
     np.testing.assert_allclose([d["score"] for d in body["data"]], ref, atol=1e-4)
 
 

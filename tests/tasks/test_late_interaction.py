@@ -11,7 +11,7 @@ import pytest
 from core.errors import InvalidInput
 from core.loading import detect_task, read_model_info
 from core.tasks.embed import EmbedRequest
-from core.tasks.late_interaction import ScoreRequest
+from core.tasks.late_interaction import MaxSimRequest
 from tests.support.engines import load_engine
 from tests.support.text_models import COLBERT_SETTINGS
 
@@ -93,7 +93,7 @@ def test_query_vectors_match(engine, reference):
 
 
 def test_maxsim_scores_match(engine, reference):
-    scores = engine.run_sync(ScoreRequest(QUERY, DOCS)).scores
+    scores = engine.run_sync(MaxSimRequest(QUERY, DOCS)).scores
     q = reference.encode(QUERY, True)
     ref = [reference.maxsim(q, reference.encode(d, False)) for d in DOCS]
     np.testing.assert_allclose(scores, ref, atol=1e-4)
@@ -112,7 +112,7 @@ def test_bad_input_type(engine):
     with pytest.raises(InvalidInput, match="input_type"):
         engine.run_sync(EmbedRequest(texts=["x"], input_type="banana"))
     with pytest.raises(InvalidInput, match="documents"):
-        engine.run_sync(ScoreRequest(QUERY, []))
+        engine.run_sync(MaxSimRequest(QUERY, []))
 
 
 def test_real_minilm_token_vectors_rank_relevant_passage_first(minilm_dir):
@@ -123,7 +123,7 @@ def test_real_minilm_token_vectors_rank_relevant_passage_first(minilm_dir):
         "Einstein developed the theory of relativity, one of the pillars of modern physics.",
         "Stock markets fell sharply on Monday after the interest rate announcement.",
     ]
-    scores = engine.run_sync(ScoreRequest(QUERY, docs)).scores
+    scores = engine.run_sync(MaxSimRequest(QUERY, docs)).scores
     assert int(np.argmax(scores)) == 1
     assert scores[1] > 1.2 * max(scores[0], scores[2]), scores
 
@@ -131,10 +131,10 @@ def test_real_minilm_token_vectors_rank_relevant_passage_first(minilm_dir):
 def test_onnx_backend_serves_late_interaction(minilm_dir, minilm_onnx_dir):
     """The task only needs the encoder head, so the ONNX export serves it too (same scores as torch)."""
     docs = ["Einstein developed the theory of relativity.", "The cat sat on the mat."]
-    torch_scores = load_engine(minilm_dir, task="late_interaction").run_sync(ScoreRequest(QUERY, docs)).scores
+    torch_scores = load_engine(minilm_dir, task="late_interaction").run_sync(MaxSimRequest(QUERY, docs)).scores
     onnx_engine = load_engine(minilm_onnx_dir, task="late_interaction", backend="onnx")
     assert onnx_engine.backend.name == "onnx"
-    np.testing.assert_allclose(onnx_engine.run_sync(ScoreRequest(QUERY, docs)).scores, torch_scores, atol=2e-3)
+    np.testing.assert_allclose(onnx_engine.run_sync(MaxSimRequest(QUERY, docs)).scores, torch_scores, atol=2e-3)
 
 
 def test_dense_activation_and_unknown_modules(colbert_dir, tmp_path):

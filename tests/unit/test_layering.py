@@ -1,5 +1,5 @@
-"""The import graph of ``core``: no module imports itself back through others, and a few layers never
-import the ones above them. Read from the source with ``ast`` (every ``import``, module-level and inside
+"""The import graph of ``core``: no module imports itself back through others, a few layers never
+import the ones above them, and the library tier imports no HTTP module. Read from the source with ``ast`` (every ``import``, module-level and inside
 functions; imports under ``if TYPE_CHECKING:`` are left out, they never run)."""
 
 from __future__ import annotations
@@ -18,6 +18,16 @@ FORBIDDEN = (
     ("core.hub", "core.backends"),
     ("core.loading", "core.backends"),
 )
+
+#: the HTTP tier: the API and the entry points that start its server. Every other module of ``core`` is the
+#: library tier (serving, engine, tasks, backends, bulk, cache, the in-process API ...), usable without HTTP
+HTTP_TIER = ("core.api", "core.cli", "core.dev")
+#: what the library tier never imports
+HTTP_MODULES = ("fastapi", "starlette", "uvicorn", "mangum", "core.api")
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -45,9 +55,9 @@ def _resolve(importer: str, node: ast.ImportFrom, is_package: bool) -> str | Non
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def imports_of(path: Path, modules: set[str], root: Path = ROOT) -> set[str]:
-    """The modules of ``modules`` the file at ``path`` imports (``from pkg import sub`` counts as ``pkg.sub``
-    when ``sub`` is a module, else as ``pkg``)."""
+def all_imports_of(path: Path, modules: set[str] = frozenset(), root: Path = ROOT) -> set[str]:
+    """Every module the file at ``path`` imports, of any package (``from pkg import sub`` counts as
+    ``pkg.sub`` when ``sub`` is one of ``modules``, else as ``pkg``)."""
     name = module_name(path, root)
     tree = ast.parse(path.read_text(), filename=str(path))
     skipped = _type_checking_only(tree)
@@ -64,7 +74,20 @@ def imports_of(path: Path, modules: set[str], root: Path = ROOT) -> set[str]:
             for alias in node.names:
                 sub = f"{target}.{alias.name}"
                 found.add(sub if sub in modules else target)
-    return {m for m in found if m in modules and m != name}
+    return found - {name}
+
+
+def imports_of(path: Path, modules: set[str], root: Path = ROOT) -> set[str]:
+    """The modules of ``modules`` the file at ``path`` imports."""
+    return {m for m in all_imports_of(path, modules, root) if m in modules}
+
+
+def http_imports(package: Path = CORE) -> list[str]:
+    """``"importer imports imported"`` for each HTTP module a library-tier module of ``package`` imports."""
+    root = package.parent
+    files = {module_name(p, root): p for p in sorted(package.rglob("*.py"))}
+    return [f"{name} imports {imported}" for name, path in files.items() if not _within(name, HTTP_TIER)
+            for imported in sorted(all_imports_of(path, set(files), root)) if _within(imported, HTTP_MODULES)]
 
 
 def import_graph(package: Path = CORE) -> dict[str, set[str]]:
@@ -157,3 +180,25 @@ def test_lower_layers_never_import_upper_ones():
            for low, high in FORBIDDEN
            if (importer == low or importer.startswith(low + ".")) and (imported == high or imported.startswith(high + "."))]
     assert not bad, bad
+
+
+def test_the_library_tier_imports_no_http_module():
+    graph = import_graph()
+    # the serving layer is library tier, and what the in-process API and the batch jobs run on
+    assert "core.serving.embeddings" in graph["core.inprocess"]
+    assert not _within("core.serving", HTTP_TIER) and not _within("core.inprocess", HTTP_TIER)
+    bad = http_imports()
+    assert not bad, bad
+
+
+def test_an_http_import_of_the_library_tier_is_found(tmp_path):
+    core = tmp_path / "core"
+    (core / "serving").mkdir(parents=True)
+    (core / "api").mkdir()
+    for folder in (core, core / "serving", core / "api"):
+        (folder / "__init__.py").write_text("")
+    (core / "serving" / "a.py").write_text("def f():\n    from starlette.requests import Request\n")
+    (core / "serving" / "b.py").write_text("from ..api import routes\n")
+    (core / "serving" / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import fastapi\n")
+    (core / "api" / "routes.py").write_text("import fastapi\nfrom core.serving import a\n")
+    assert http_imports(core) == ["core.serving.a imports starlette.requests", "core.serving.b imports core.api.routes"]

@@ -1,0 +1,21 @@
+"""Wire schemas of the service routes: ``/v1/models``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ModelCard(BaseModel):
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
+    id: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str = "tessera"
+    model_sha: str | None = None  # the Hub commit served; null for a local folder
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
