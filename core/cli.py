@@ -15,9 +15,8 @@ import re
 import sys
 
 from core import cli_compat
-from core.backends.registry import BACKENDS
-from core.config import ModelSpec, Settings, settings_from_env
-from core.loading import BACKEND_NAMES
+from core.backends.catalog import names as backend_names
+from core.config import ModelSpec, Settings, settings_from_env, spec_keys
 from core.errors import ConfigError, StartupFailed, TesseraError
 
 _SKIP = {"models"}  # given as --model (or TESSERA_MODELS / a config file for full specs)
@@ -48,7 +47,7 @@ def _parse_model(value: str) -> dict:
 
 
 #: a spec begins with ``key=`` (a field of ModelSpec, ``prompt`` or ``prompt.NAME``)
-_SPEC_KEY = re.compile(r"^\s*(" + "|".join(ModelSpec.model_fields) + r"|prompt(\.[^=,]+)?)\s*=")
+_SPEC_KEY = re.compile(r"^\s*(" + "|".join(spec_keys()) + r"|prompt(\.[^=,]+)?)\s*=")
 #: list fields, given with ';' between items (providers=CUDAExecutionProvider;CPUExecutionProvider)
 _LIST_FIELDS = {"providers"}
 
@@ -104,9 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a model folder or Hugging Face Hub id (org/name) to serve, optionally with its "
                             "served name, or a spec in one line (e.g. path=/m/e5,name=e5,backend=onnx,dtype=int8,"
                             "prompt='query: '; prompt.NAME=TEXT adds a named prompt) or a JSON object (repeatable); "
-                            "env TESSERA_MODELS (JSON list). Fields: " + ", ".join(ModelSpec.model_fields))
+                            "env TESSERA_MODELS (JSON list). Fields: " + ", ".join(spec_keys()))
     serve.add_argument("--backend", default=None,
-                       help="backend for every --model: " + " | ".join(["auto", *BACKENDS]) + " (default auto)")
+                       help="backend for every --model: " + " | ".join(["auto", *backend_names()]) + " (default auto)")
     serve.add_argument("--revision", default=None,
                        help="Hub branch, tag or commit for every --model (each must then be a Hub id)")
     for name, field in Settings.model_fields.items():
@@ -130,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     download.add_argument("models", nargs="*", metavar="MODEL", help="Hub ids (org/name)")
     download.add_argument("--revision", default=None, help="branch, tag or commit (default: main)")
     download.add_argument("--backend", default="auto", help="the backend whose files to fetch: "
-                          "auto (weights and the ONNX graph when there is one) | " + " | ".join(BACKEND_NAMES))
+                          "auto (weights and the ONNX graph when there is one) | " + " | ".join(backend_names()))
     download.add_argument("--dtype", default="float32", help="the dtype whose ONNX graph to fetch")
     _add_prepare(sub)
     from core.bulk.cli import add_embed_parser
@@ -228,7 +227,7 @@ def download(args: argparse.Namespace) -> int:
             continue
         try:
             folder, sha = fetch(repo_id, revision=spec.revision, backend=spec.backend, dtype=spec.dtype,
-                                onnx_file=spec.onnx_file, trust_remote_code=spec.trust_remote_code)
+                                options=spec.backend_options(), trust_remote_code=spec.trust_remote_code)
         except TesseraError as exc:
             print(f"error: {exc.message}", file=sys.stderr)
             failures += 1
