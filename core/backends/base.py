@@ -138,7 +138,7 @@ class Backend:
         path = cls.artifact(folder.path, dtype=spec.dtype, options=cls.options_of(spec), listing=folder.files)
         if path is None or (folder.own_code is not None and not cls.converted_from_own_code(spec, path)):
             return None
-        return f"the folder has a {cls.artifact_label} ({path.relative_to(folder.path)})"
+        return f"{cls.artifact_label} in the folder ({path.relative_to(folder.path)})"
 
     @classmethod
     def converted_from_own_code(cls, spec: "ModelSpec", artifact: Path) -> bool:
