@@ -167,7 +167,9 @@ class _ModelSpecFields(BaseModel):
         # (a Hub id's relative file names a file of the repository: core.hub resolves it in the snapshot)
         if hub_id_of(self.path) is None:
             for name, options in self.backend_options().items():
-                setattr(self, name, options.in_folder(self.path))
+                resolved = options.in_folder(self.path)
+                if resolved is not options:  # (an assignment marks the field as set: only when it changes)
+                    setattr(self, name, resolved)
         return self
 
     def backend_options(self) -> dict[str, Any]:

@@ -94,7 +94,7 @@ class Engine:
             info = dataclasses.replace(info, max_length=limit)
         task = create_task(task_name, info, spec)
         check_chunking_default(task, spec)
-        task.check_backend(choice.backend)
+        task.check_backend(backend)
         backend.load(spec.path, head=task.head, device=spec.device, dtype=spec.dtype,
                      threads=spec.threads or settings.threads)
         engine = cls(spec, task, backend, settings=settings, metrics=metrics, model_sha=source.sha, tracer=tracer)

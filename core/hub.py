@@ -10,7 +10,6 @@ snapshot of one commit) plus that commit's hash, which the model card reports as
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import re
 from dataclasses import dataclass

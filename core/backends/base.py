@@ -91,6 +91,13 @@ class Backend:
     #: records it in ``parity.json``; None: not converted from the model's code (nothing to check)
     own_code_converter: ClassVar[str | None] = None
 
+    #: it runs the attention mask it is given, so a position can be kept but not attended; False: it takes
+    #: each row's length instead (CTranslate2), and attends every position up to it
+    masks_attention: ClassVar[bool] = True
+    #: it runs a model with task adapters without a task named (the model's own default); False: every
+    #: request names its task (an exported ONNX graph takes a task id and holds no path without one)
+    default_adapter: ClassVar[bool] = True
+
     #: fixed compiled batch size (Neuron), or None for dynamic shapes (the spec's ``max_batch_size`` applies)
     max_batch_size: int | None = None
     #: longest sequence it can run (static shapes), or None (the model's own maximum applies)

@@ -77,6 +77,8 @@ class CT2Backend(Backend):
     auto_order: ClassVar[int | None] = 20
     artifact_label: ClassVar[str] = "CTranslate2 model"
     own_code_converter: ClassVar[str | None] = "scripts/convert_ct2.py"
+    #: ``forward_batch`` takes sequence lengths, not a mask
+    masks_attention: ClassVar[bool] = False
     max_batch_size: int | None = None
 
     @classmethod

@@ -133,6 +133,7 @@ class OnnxBackend(Backend):
     auto_order: ClassVar[int | None] = 10
     artifact_label: ClassVar[str] = "ONNX graph"
     own_code_converter: ClassVar[str | None] = "scripts/export_onnx.py"
+    default_adapter: ClassVar[bool] = False
     max_batch_size: int | None = None
 
     @classmethod

@@ -25,7 +25,9 @@ def test_flat_keys_set_the_nested_options(tmp_path):
     assert flat == nested
     assert flat.onnx.file == tmp_path / "onnx" / "model.onnx"  # relative to the model folder, as before
     assert (flat.onnx.workers, flat.onnx.spin, flat.onnx.optimized, flat.torch.compile) == (2, False, True, True)
-    assert ModelSpec(path=tmp_path, device="cpu").onnx.workers is None  # defaults without either form
+    plain = ModelSpec(path=tmp_path, device="cpu")
+    assert plain.onnx.workers is None  # defaults without either form
+    assert plain.model_dump(exclude_unset=True) == {"path": tmp_path, "device": "cpu"}  # options unset stay unset
 
 
 def test_flat_keys_through_the_environment_a_config_file_and_the_command_line(tmp_path):
