@@ -16,7 +16,7 @@ import sys
 
 from core import cli_compat
 from core.backends.catalog import names as backend_names
-from core.config import ModelSpec, Settings, settings_from_env, spec_keys
+from core.config import BACKEND_OPTIONS, ModelSpec, Settings, settings_from_env, spec_keys
 from core.errors import ConfigError, StartupFailed, TesseraError
 
 _SKIP = {"models"}  # given as --model (or TESSERA_MODELS / a config file for full specs)
@@ -46,10 +46,15 @@ def _parse_model(value: str) -> dict:
     return spec
 
 
-#: a spec begins with ``key=`` (a field of ModelSpec, ``prompt`` or ``prompt.NAME``)
-_SPEC_KEY = re.compile(r"^\s*(" + "|".join(spec_keys()) + r"|prompt(\.[^=,]+)?)\s*=")
+#: a spec begins with ``key=`` (a key of ModelSpec, ``prompt`` or ``prompt.NAME``, a backend's ``onnx.workers``)
+_SPEC_KEY = re.compile(r"^\s*(" + "|".join(spec_keys()) + r"|(?:prompt|chunking|" + "|".join(BACKEND_OPTIONS)
+                       + r")(\.[^=,]+)?)\s*=")
 #: list fields, given with ';' between items (providers=CUDAExecutionProvider;CPUExecutionProvider)
-_LIST_FIELDS = {"providers"}
+_LIST_FIELDS = {"providers", "onnx.providers"}
+
+
+def _list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(";") if part.strip()]
 
 
 def parse_model_spec(value: str) -> dict:
@@ -58,7 +63,8 @@ def parse_model_spec(value: str) -> dict:
     Items are ``key=value`` separated by commas; an item holding a comma is quoted as a whole
     (``"prompt=query, then: "``). ``prompt=TEXT`` sets the prompt used when a request names none
     (``prompts.default`` and ``default_prompt_name``); ``prompt.NAME=TEXT`` adds a named prompt;
-    ``chunking.size=N,chunking.overlap=K`` sets the chunking default; list fields take ``;``-separated items. Types and unknown keys are checked with the other settings."""
+    ``chunking.size=N,chunking.overlap=K`` sets the chunking default; ``onnx.workers=2`` a backend's own option
+    (as does its flat key, ``workers=2``); list fields take ``;``-separated items. Types and unknown keys are checked with the other settings."""
     spec: dict = {}
     for item in next(csv.reader([value], skipinitialspace=True)):
         if not item.strip():
@@ -74,8 +80,11 @@ def parse_model_spec(value: str) -> dict:
             spec.setdefault("prompts", {})[key[len("prompt."):]] = text
         elif key.startswith("chunking."):  # chunking.size=512,chunking.overlap=64: the model's chunking default
             spec.setdefault("chunking", {})[key[len("chunking."):]] = text
+        elif key.partition(".")[0] in BACKEND_OPTIONS and "." in key:  # onnx.workers=2: a backend's own option
+            backend, _, option = key.partition(".")
+            spec.setdefault(backend, {})[option] = (_list(text) if f"{backend}.{option}" in _LIST_FIELDS else text)
         elif key in _LIST_FIELDS:
-            spec[key] = [part.strip() for part in text.split(";") if part.strip()]
+            spec[key] = _list(text)
         elif key in spec:
             raise ConfigError([f"--model {value!r}: {key!r} given twice"])
         else:

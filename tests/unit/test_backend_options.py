@@ -41,6 +41,9 @@ def test_flat_keys_through_the_environment_a_config_file_and_the_command_line(tm
     assert from_env == ModelSpec(path=tmp_path, device="cpu", **NESTED)
     assert (from_file.onnx.workers, from_file.onnx.spin) == (2, False)
     assert (from_cli.onnx.workers, from_cli.onnx.providers, from_cli.torch.compile) == (2, ["CPUExecutionProvider"], True)
+    (nested,) = settings_from_args(build_parser().parse_args([
+        "serve", "--model", f"onnx.workers=3,path={tmp_path},device=cpu,onnx.providers=A;B,torch.compile=true"])).models
+    assert (nested.onnx.workers, nested.onnx.providers, nested.torch.compile) == (3, ["A", "B"], True)
 
 
 def test_infinity_s_compile_flag_sets_the_torch_option(tmp_path):
