@@ -15,9 +15,8 @@ import re
 import sys
 
 from core import cli_compat
-from core.backends.registry import BACKENDS
-from core.config import ModelSpec, Settings, settings_from_env
-from core.loading import BACKEND_NAMES
+from core.backends.catalog import names as backend_names
+from core.config import BACKEND_OPTIONS, ModelSpec, Settings, settings_from_env, spec_keys
 from core.errors import ConfigError, StartupFailed, TesseraError
 
 _SKIP = {"models"}  # given as --model (or TESSERA_MODELS / a config file for full specs)
@@ -47,10 +46,15 @@ def _parse_model(value: str) -> dict:
     return spec
 
 
-#: a spec begins with ``key=`` (a field of ModelSpec, ``prompt`` or ``prompt.NAME``)
-_SPEC_KEY = re.compile(r"^\s*(" + "|".join(ModelSpec.model_fields) + r"|prompt(\.[^=,]+)?)\s*=")
+#: a spec begins with ``key=`` (a key of ModelSpec, ``prompt`` or ``prompt.NAME``, a backend's ``onnx.workers``)
+_SPEC_KEY = re.compile(r"^\s*(" + "|".join(spec_keys()) + r"|(?:prompt|chunking|" + "|".join(BACKEND_OPTIONS)
+                       + r")(\.[^=,]+)?)\s*=")
 #: list fields, given with ';' between items (providers=CUDAExecutionProvider;CPUExecutionProvider)
-_LIST_FIELDS = {"providers"}
+_LIST_FIELDS = {"providers", "onnx.providers"}
+
+
+def _list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(";") if part.strip()]
 
 
 def parse_model_spec(value: str) -> dict:
@@ -59,7 +63,8 @@ def parse_model_spec(value: str) -> dict:
     Items are ``key=value`` separated by commas; an item holding a comma is quoted as a whole
     (``"prompt=query, then: "``). ``prompt=TEXT`` sets the prompt used when a request names none
     (``prompts.default`` and ``default_prompt_name``); ``prompt.NAME=TEXT`` adds a named prompt;
-    ``chunking.size=N,chunking.overlap=K`` sets the chunking default; list fields take ``;``-separated items. Types and unknown keys are checked with the other settings."""
+    ``chunking.size=N,chunking.overlap=K`` sets the chunking default; ``onnx.workers=2`` a backend's own option
+    (as does its flat key, ``workers=2``); list fields take ``;``-separated items. Types and unknown keys are checked with the other settings."""
     spec: dict = {}
     for item in next(csv.reader([value], skipinitialspace=True)):
         if not item.strip():
@@ -75,8 +80,11 @@ def parse_model_spec(value: str) -> dict:
             spec.setdefault("prompts", {})[key[len("prompt."):]] = text
         elif key.startswith("chunking."):  # chunking.size=512,chunking.overlap=64: the model's chunking default
             spec.setdefault("chunking", {})[key[len("chunking."):]] = text
+        elif key.partition(".")[0] in BACKEND_OPTIONS and "." in key:  # onnx.workers=2: a backend's own option
+            backend, _, option = key.partition(".")
+            spec.setdefault(backend, {})[option] = (_list(text) if f"{backend}.{option}" in _LIST_FIELDS else text)
         elif key in _LIST_FIELDS:
-            spec[key] = [part.strip() for part in text.split(";") if part.strip()]
+            spec[key] = _list(text)
         elif key in spec:
             raise ConfigError([f"--model {value!r}: {key!r} given twice"])
         else:
@@ -104,9 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a model folder or Hugging Face Hub id (org/name) to serve, optionally with its "
                             "served name, or a spec in one line (e.g. path=/m/e5,name=e5,backend=onnx,dtype=int8,"
                             "prompt='query: '; prompt.NAME=TEXT adds a named prompt) or a JSON object (repeatable); "
-                            "env TESSERA_MODELS (JSON list). Fields: " + ", ".join(ModelSpec.model_fields))
+                            "env TESSERA_MODELS (JSON list). Fields: " + ", ".join(spec_keys()))
     serve.add_argument("--backend", default=None,
-                       help="backend for every --model: " + " | ".join(["auto", *BACKENDS]) + " (default auto)")
+                       help="backend for every --model: " + " | ".join(["auto", *backend_names()]) + " (default auto)")
     serve.add_argument("--revision", default=None,
                        help="Hub branch, tag or commit for every --model (each must then be a Hub id)")
     for name, field in Settings.model_fields.items():
@@ -130,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     download.add_argument("models", nargs="*", metavar="MODEL", help="Hub ids (org/name)")
     download.add_argument("--revision", default=None, help="branch, tag or commit (default: main)")
     download.add_argument("--backend", default="auto", help="the backend whose files to fetch: "
-                          "auto (weights and the ONNX graph when there is one) | " + " | ".join(BACKEND_NAMES))
+                          "auto (weights and the ONNX graph when there is one) | " + " | ".join(backend_names()))
     download.add_argument("--dtype", default="float32", help="the dtype whose ONNX graph to fetch")
     _add_prepare(sub)
     from core.bulk.cli import add_embed_parser
@@ -228,7 +236,7 @@ def download(args: argparse.Namespace) -> int:
             continue
         try:
             folder, sha = fetch(repo_id, revision=spec.revision, backend=spec.backend, dtype=spec.dtype,
-                                onnx_file=spec.onnx_file, trust_remote_code=spec.trust_remote_code)
+                                options=spec.backend_options(), trust_remote_code=spec.trust_remote_code)
         except TesseraError as exc:
             print(f"error: {exc.message}", file=sys.stderr)
             failures += 1

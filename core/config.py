@@ -14,15 +14,14 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 from pydantic_settings.sources.utils import parse_env_vars
 
+from core.backends.catalog import names as backend_names
+from core.backends.catalog import options_models
 from core.errors import ConfigError
-from core.loading import BACKEND_NAMES
-
-
 
 CPU_BATCH_TOKENS = 512
 #: the levels uvicorn and the logging set-up both know (core.logs.level_number)
@@ -40,20 +39,50 @@ class ChunkingDefault(BaseModel):
     overlap: int = Field(default=0, ge=0, description="tokens shared by consecutive windows")
 
 
-def _only(backend: str) -> dict[str, str]:
-    """``json_schema_extra`` of a ``ModelSpec`` field that only ``backend`` reads (see ``spec_field_backend``)."""
-    return {"backend": backend}
+#: backend name → the model of the options only it reads (``spec.onnx``, ``spec.torch``), as the backends
+#: declare them (``Backend.Options``)
+BACKEND_OPTIONS = options_models()
 
 
-class ModelSpec(BaseModel):
+def _flat_option_names() -> dict[str, tuple[str, str]]:
+    """Top-level spec key → (backend, field) of the nested option it sets (``workers`` → ``onnx.workers``):
+    the keys specs used before the options were nested, declared by each options model (``flat``)."""
+    out: dict[str, tuple[str, str]] = {}
+    for backend, model in BACKEND_OPTIONS.items():
+        for key, field in model.flat.items():
+            if key in out:
+                raise TypeError(f"spec key {key!r} claimed by the {out[key][0]} and {backend} options")
+            out[key] = (backend, field)
+    return out
+
+
+#: see ``_flat_option_names``
+FLAT_OPTIONS = _flat_option_names()
+
+
+def _nest(data: dict, key: str, value: Any) -> None:
+    """Move a flat option key into its backend's nested options of ``data`` (a spec's input), in place."""
+    backend, field = FLAT_OPTIONS[key]
+    nested = data.get(backend)
+    if isinstance(nested, BaseModel):
+        nested = nested.model_dump(exclude_unset=True)
+    nested = dict(nested) if isinstance(nested, dict) else {}
+    if field in nested:
+        raise ValueError(f"{key} and {backend}.{field} both given: keep {backend}.{field}")
+    nested[field] = value
+    data[backend] = nested
+
+
+class _ModelSpecFields(BaseModel):
     """One served model. Later features add fields here, never a second way to configure.
 
-    Fields come in sections: those every backend reads, then those only one backend reads (tagged with
-    ``_only(backend)``; the others ignore them). The order is for readers only: a spec is a JSON object."""
+    Its fields are those every backend reads; the options only one backend reads are nested under that
+    backend's name (``onnx: {workers: 2}``), from the backend's own declaration (``Backend.Options``,
+    added by ``_with_backend_options``). The older flat keys of those options (``workers``, ``onnx_file``,
+    ``compile`` …) are still accepted, when a spec is read and when it is copied."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
-    # --- every backend ------------------------------------------------------------------------------
     path: Path = Field(description="local model folder (Hugging Face / sentence-transformers layout), or a "
                        "Hugging Face Hub id org/name (fetched into the Hugging Face cache; docs/models.md)")
     revision: str | None = Field(
@@ -61,7 +90,7 @@ class ModelSpec(BaseModel):
     )
     name: str | None = Field(default=None, description="served name; defaults to the folder name, or the Hub id")
     task: str = Field(default="auto", description="task; 'auto' detects it from the folder")
-    backend: str = Field(default="auto", description=" | ".join(("auto", *BACKEND_NAMES)))
+    backend: str = Field(default="auto", description=" | ".join(("auto", *backend_names())))
     device: str = Field(default="auto", description="auto | cpu | cuda | cuda:N | neuron; auto: cuda when a GPU is "
                         "visible and torch is a CUDA build, else cpu (resolved when the spec is read)")
     dtype: str = Field(default="float32", description="float32 | float16 | bfloat16 | int8 (ct2 also int8_float32, "
@@ -104,38 +133,16 @@ class ModelSpec(BaseModel):
         "tokens; a request's chunking overrides it, chunking: false turns it off; docs/text-tasks.md)",
     )
 
-    # --- onnx only (ONNX Runtime; also `auto` when it chooses ONNX Runtime) ---------------------------
-    onnx_file: Path | None = Field(
-        default=None, json_schema_extra=_only("onnx"),
-        description="ONNX graph to run, relative to the model folder unless absolute; default: the folder's graph "
-        "for the dtype (onnx/model.onnx, model.onnx; int8: onnx/model_int8.onnx)",
-    )
-    workers: int | None = Field(
-        default=None, gt=0, json_schema_extra=_only("onnx"),
-        description="batches run at once; default: 2 on CPU with 2+ threads, else 1. With 2, a batch that starts "
-        "while another runs gets threads/2 threads of its own (a second session: one more copy of the weights in "
-        "memory), one alone keeps them all: two batches keep two cores busy where one session's threads would "
-        "wait for each other",
-    )
-    ort_spin: bool = Field(
-        default=True, json_schema_extra=_only("onnx"),
-        description="let ONNX Runtime's threads busy-wait between runs (its default: lower latency; off frees that "
-        "CPU for tokenization and the event loop)",
-    )
-    ort_optimized: bool = Field(
-        default=False, json_schema_extra=_only("onnx"),
-        description="the graph is ONNX Runtime's own optimized graph, written ahead of time (python -m "
-        "core.convert.ort_optimized; the Lambda image does): load it with graph optimizations off, skipping "
-        "their cost at start-up",
-    )
-    providers: list[str] | None = Field(
-        default=None, json_schema_extra=_only("onnx"),
-        description="execution providers in order (default: from device)",
-    )
-
-    # --- torch only ---------------------------------------------------------------------------------
-    compile: bool = Field(default=False, json_schema_extra=_only("torch"),
-                          description="run the model through torch.compile")
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_flat_options(cls, data: Any) -> Any:
+        """``workers: 2`` → ``onnx: {workers: 2}``: the flat keys of backend options (``FLAT_OPTIONS``)."""
+        if not isinstance(data, dict) or not any(key in FLAT_OPTIONS for key in data):
+            return data
+        data = dict(data)
+        for key in [k for k in data if k in FLAT_OPTIONS]:
+            _nest(data, key, data.pop(key))
+        return data
 
     @model_validator(mode="after")
     def _resolve_auto_device(self) -> "ModelSpec":
@@ -152,14 +159,44 @@ class ModelSpec(BaseModel):
         return "dtype" in self.model_fields_set
 
     @model_validator(mode="after")
-    def _onnx_file_in_folder(self) -> "ModelSpec":
-        """A relative ``onnx_file`` names a file of the model folder, not of the working directory."""
+    def _options_in_folder(self) -> "ModelSpec":
+        """A relative path in a backend's options (``onnx.file``) names a file of the model folder, not of the
+        working directory (``BackendOptions.in_folder``)."""
         from core.hub import hub_id_of
 
-        # (a Hub id's relative onnx_file names a file of the repository: core.hub resolves it in the snapshot)
-        if self.onnx_file is not None and not self.onnx_file.is_absolute() and hub_id_of(self.path) is None:
-            self.onnx_file = self.path / self.onnx_file
+        # (a Hub id's relative file names a file of the repository: core.hub resolves it in the snapshot)
+        if hub_id_of(self.path) is None:
+            for name, options in self.backend_options().items():
+                resolved = options.in_folder(self.path)
+                if resolved is not options:  # (an assignment marks the field as set: only when it changes)
+                    setattr(self, name, resolved)
         return self
+
+    def backend_options(self) -> dict[str, Any]:
+        """Backend name → this spec's options for it (``BackendOptions``), for the backends that have some."""
+        return {name: getattr(self, name) for name in BACKEND_OPTIONS}
+
+    def flat_dump(self, *, exclude: set[str] | None = None, **kwargs: Any) -> dict[str, Any]:
+        """``model_dump`` with each backend option that has a flat key written under that key (the form specs
+        had before the options were nested), so that records of a spec (a bulk job's description) stay
+        comparable with those written before; ``exclude`` names top-level or flat keys."""
+        data = self.model_dump(**kwargs)
+        for key, (backend, field) in FLAT_OPTIONS.items():
+            data[key] = data[backend].pop(field)
+        for backend in BACKEND_OPTIONS:
+            if not data[backend]:
+                del data[backend]
+        return {key: value for key, value in data.items() if key not in (exclude or ())}
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False):
+        """pydantic's ``model_copy``; a flat option key in ``update`` (``workers``) updates the nested option."""
+        if update and any(key in FLAT_OPTIONS for key in update):
+            update = dict(update)
+            for key in [k for k in update if k in FLAT_OPTIONS]:
+                backend, field = FLAT_OPTIONS[key]
+                current = update.get(backend, getattr(self, backend))
+                update[backend] = current.model_copy(update={field: update.pop(key)})
+        return super().model_copy(update=update, deep=deep)
 
     @property
     def served_name(self) -> str:
@@ -176,11 +213,22 @@ class ModelSpec(BaseModel):
         return CPU_BATCH_TOKENS if self.device == "cpu" else ACCELERATOR_BATCH_TOKENS
 
 
-def spec_field_backend(name: str) -> str | None:
-    """The one backend that reads the ``ModelSpec`` field ``name``, or None for a field every backend reads
-    (docs/configuration.md lists the fields in these groups)."""
-    extra = ModelSpec.model_fields[name].json_schema_extra
-    return extra.get("backend") if isinstance(extra, dict) else None
+def _with_backend_options(base: type[BaseModel]) -> type[BaseModel]:
+    """``base`` with one field per backend that declares options: ``onnx: OnnxOptions`` and so on, each
+    defaulting to its options' defaults. A new backend's options appear here without a line in this file."""
+    fields: dict[str, Any] = {
+        name: (model, Field(default_factory=model, description=f"options of the {name} backend, read by it alone "
+                            f"(also under backend auto when it chooses {name}); the others ignore them"))
+        for name, model in BACKEND_OPTIONS.items()}
+    return create_model("ModelSpec", __base__=base, __module__=__name__, __doc__=base.__doc__, **fields)
+
+
+ModelSpec = _with_backend_options(_ModelSpecFields)
+
+
+def spec_keys() -> list[str]:
+    """Every key a spec object takes at its top level: ``ModelSpec``'s fields and the flat option keys."""
+    return [*ModelSpec.model_fields, *FLAT_OPTIONS]
 
 
 def default_cache_dir() -> Path:
@@ -503,7 +551,7 @@ def unknown_variables(environ: Mapping[str, str], cls: type[Settings] = Settings
                 and not name.startswith(OTHER_PREFIXES)):
             field = name.removeprefix("TESSERA_").lower()
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-            if field in ModelSpec.model_fields:  # a model's field (TESSERA_DTYPE): it belongs in the model's spec
+            if field in spec_keys():  # a model's field (TESSERA_DTYPE): it belongs in the model's spec
                 hint = (f" ({field} is a model's: TESSERA_MODELS='[{{\"path\": \"...\", \"{field}\": ...}}]', "
                         f"or --model path=...,{field}=...)")
             else:
@@ -575,9 +623,11 @@ def _problem(cls: type[BaseSettings], error: dict) -> str:
     else:
         shown = type(value).__name__
     if error.get("type") == "extra_forbidden":
-        owner = ModelSpec if len(loc) > 1 and loc[0] == "models" else cls
-        hint = _suggestion(str(loc[-1]), list(owner.model_fields))
-        return f"{where}: unknown option{hint}"
+        if len(loc) > 3 and loc[0] == "models" and loc[-2] in BACKEND_OPTIONS:  # models[0].onnx.KEY
+            known = list(BACKEND_OPTIONS[str(loc[-2])].model_fields)
+        else:
+            known = spec_keys() if len(loc) > 1 and loc[0] == "models" else list(cls.model_fields)
+        return f"{where}: unknown option{_suggestion(str(loc[-1]), known)}"
     message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
     return f"{where}: {message} (got {shown})"
 

@@ -94,7 +94,7 @@ class Engine:
             info = dataclasses.replace(info, max_length=limit)
         task = create_task(task_name, info, spec)
         check_chunking_default(task, spec)
-        task.check_backend(choice.backend)
+        task.check_backend(backend)
         backend.load(spec.path, head=task.head, device=spec.device, dtype=spec.dtype,
                      threads=spec.threads or settings.threads)
         engine = cls(spec, task, backend, settings=settings, metrics=metrics, model_sha=source.sha, tracer=tracer)
@@ -283,6 +283,40 @@ class Registry:
                 log.error("model %s failed to load: %s", name, exc.message)
                 self.failed[name] = FailedModel(engine.spec, exc.message)
                 del self.engines[name]
+
+    def move_to(self, device: str | None = None, *, settings: Settings,
+                specs: "dict[str, ModelSpec] | None" = None) -> "Registry":
+        """A registry of these models on ``device``, their loaded weights moved there in place
+        (``Backend.to_device``: weights loaded on the CPU before a memory snapshot go to the GPU after
+        restore), each engine built again around the moved backend with the spec it now serves, so its batch
+        budget is the device's. ``specs``: instead of ``device``, the spec each model serves after the move,
+        by served name (its device and dtype are where and how the weights go); models it does not name are
+        left out. A model whose backend cannot move (ONNX Runtime, CTranslate2, Neuron: ``Unsupported``) or
+        whose move is refused is recorded in ``failed``; a failed model stays failed. Call it before the
+        batchers start."""
+        if (device is None) == (specs is None):
+            raise ValueError("move_to: give a device or the specs to serve, not both")
+        targets = specs if specs is not None else {
+            name: model.spec.model_copy(update={"device": device})
+            for name, model in [*self.engines.items(), *self.failed.items()]}
+        moved = Registry(allow_degraded=self.allow_degraded)
+        for name, spec in targets.items():
+            if name in self.failed:
+                moved.failed[name] = FailedModel(spec, self.failed[name].error)
+                continue
+            if name not in self.engines:
+                raise KeyError(f"move_to: no model {name!r} in this registry")
+            engine = self.engines[name]
+            try:
+                if (engine.spec.device, engine.spec.dtype) != (spec.device, spec.dtype):
+                    engine.backend.to_device(spec.device, spec.dtype)
+            except TesseraError as exc:
+                moved.failed[name] = FailedModel(spec, exc.message)
+                continue
+            engine._prep.shutdown(wait=False)
+            moved.engines[name] = Engine(spec, engine.task, engine.backend, settings=settings, metrics=engine.metrics,
+                                         model_sha=engine.model_sha, tracer=engine.tracer)
+        return moved
 
     def get(self, served_name: str | None, capability: str) -> Engine:
         """The engine serving ``served_name`` (optional when one model fits) that can do ``capability``."""

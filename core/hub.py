@@ -10,17 +10,17 @@ snapshot of one commit) plus that commit's hash, which the model card reports as
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Mapping
 
+from core.backends.catalog import backend_class, backend_classes, names
 from core.errors import ModelUnavailable
-from core.loading import BACKEND_NAMES, onnx_graph_names
 
 if TYPE_CHECKING:
+    from core.backends.base import BackendOptions
     from core.config import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -34,11 +34,11 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]
 _META_SUFFIXES = (".json", ".txt", ".model", ".tiktoken", ".jinja")
 #: sentence-transformers module folders (``1_Pooling``, ``2_Dense``, ``3_Normalize`` …)
 _MODULE_DIR = re.compile(r"\d+_[^/]+")
-#: weights of BGE-M3-style heads beside the encoder (see core/tasks/multi_output.py)
-_HEAD_STEMS = ("sparse_linear", "colbert_linear")
 #: a Stanford ColBERT checkpoint's settings, and its projection beside a converted encoder (every backend)
 _STANFORD_COLBERT_FILES = ("artifact.metadata", "linear.safetensors")
-BACKEND_CHOICES = ("auto", *BACKEND_NAMES)
+#: weights of BGE-M3-style heads beside the encoder, which the task runs whatever the backend
+#: (core/tasks/multi_output.py)
+_HEAD_STEMS = ("sparse_linear", "colbert_linear")
 
 
 def hub_id_of(path: str | Path) -> str | None:
@@ -76,29 +76,15 @@ def resolve_source(spec: "ModelSpec", *, download: bool = True) -> ModelSource:
         raise ModelUnavailable(f"model path {str(path)!r} does not exist: it is not a local folder, and not a "
                                "Hugging Face Hub id (org/name)")
     folder, sha = fetch(repo_id, revision=spec.revision, backend=spec.backend, dtype=spec.dtype,
-                        onnx_file=spec.onnx_file, trust_remote_code=spec.trust_remote_code,
+                        options=spec.backend_options(), trust_remote_code=spec.trust_remote_code,
                         local_only=not download)
-    update: dict = {"path": folder, "name": spec.served_name}
-    if spec.onnx_file is not None and not Path(spec.onnx_file).is_absolute():
-        update["onnx_file"] = folder / spec.onnx_file  # a graph named inside the repository
+    # a file the options name inside the repository (onnx.file) is a file of the snapshot
+    update: dict = {"path": folder, "name": spec.served_name,
+                    **{name: options.in_folder(folder) for name, options in spec.backend_options().items()}}
     return ModelSource(spec.model_copy(update=update), repo_id=repo_id, sha=sha)
 
 
 # --- which files a backend reads -------------------------------------------------------------------
-
-
-def _onnx_graph(files: set[str], dtype: str, onnx_file: Path | None) -> str | None:
-    names = (PurePosixPath(onnx_file).as_posix(),) if onnx_file is not None else onnx_graph_names(dtype)
-    return next((name for name in names if name in files), None)
-
-
-def _torch_weights(root_files: list[str]) -> list[str]:
-    """Root weights transformers reads: every ``*.safetensors`` (shards and adapters included), else the
-    ``*.bin`` checkpoints (never both: the same weights twice), plus BGE-M3-style head files."""
-    safetensors = [f for f in root_files if f.endswith(".safetensors")]
-    bins = [f for f in root_files if f.endswith(".bin") and f != "training_args.bin"]
-    heads = [f for f in root_files if PurePosixPath(f).stem in _HEAD_STEMS and f.endswith((".pt", ".safetensors"))]
-    return sorted(set(safetensors or bins) | set(heads))
 
 
 def _module_files(files: Iterable[str]) -> list[str]:
@@ -116,41 +102,30 @@ def _module_files(files: Iterable[str]) -> list[str]:
 
 
 def select_files(files: Iterable[str], *, backend: str = "auto", dtype: str = "float32",
-                 onnx_file: Path | None = None, trust_remote_code: bool = False, where: str = "the model") -> list[str]:
+                 options: "Mapping[str, BackendOptions] | None" = None, trust_remote_code: bool = False,
+                 where: str = "the model") -> list[str]:
     """The files of a repository (``files``: its paths) that ``backend`` reads, or ``ModelUnavailable``
-    naming what the repository lacks. ``auto`` takes the torch weights and, where the repository has one,
-    the ONNX graph for ``dtype`` (the folder then chooses as a local one would; docs/models.md)."""
-    if backend not in BACKEND_CHOICES:
-        raise ModelUnavailable(f"unknown backend {backend!r}; known: {list(BACKEND_CHOICES)}")
+    naming what the repository lacks: the configs and tokenizers every backend reads, plus what the backend
+    declares (``Backend.files``, given the spec's ``options`` by backend name). ``auto`` takes what every
+    backend declares (the torch weights and, where the repository has them, the ONNX graph for ``dtype``,
+    ``ct2/``, ``neuron/``): the folder then chooses as a local one would (docs/models.md)."""
+    choices = ("auto", *names())
+    if backend not in choices:
+        raise ModelUnavailable(f"unknown backend {backend!r}; known: {list(choices)}")
     files = set(files)
     root = sorted(f for f in files if "/" not in f)
     picked = ({f for f in root if f.endswith(_META_SUFFIXES) or f in _STANFORD_COLBERT_FILES}
+              | {f for f in root if PurePosixPath(f).stem in _HEAD_STEMS and f.endswith((".pt", ".safetensors"))}
               | set(_module_files(files)))
     if trust_remote_code:
         picked |= {f for f in root if f.endswith(".py")}
+    options = options or {}
     weights: set[str] = set()
-    if backend in ("auto", "torch"):
-        weights |= set(_torch_weights(root))
-        if backend == "torch" and not weights:
-            raise ModelUnavailable(f"{where} has no weights the torch backend reads (model.safetensors or "
-                                   "pytorch_model.bin at the top level)")
-    if backend in ("auto", "onnx"):
-        graph = _onnx_graph(files, dtype, onnx_file)
-        if graph is not None:
-            # external data beside the graph: model.onnx_data, model.onnx.data
-            weights |= {graph} | {f for f in files if f.startswith(graph + "_data") or f.startswith(graph + ".data")}
-            # the exporter's record of the code the graph came from (a model with its own code needs it)
-            weights |= {f for f in files if f == (PurePosixPath(graph).parent / "parity.json").as_posix()}
-        elif backend == "onnx":
-            wanted = [PurePosixPath(onnx_file).as_posix()] if onnx_file is not None else list(onnx_graph_names(dtype))
-            raise ModelUnavailable(f"{where} has no ONNX graph for dtype {dtype} (looked for {wanted}); serve it "
-                                   "with backend torch, or export one with scripts/export_onnx.py")
-    for kind in ("ct2", "neuron"):
-        if backend in ("auto", kind):
-            found = {f for f in files if f.startswith(kind + "/")}
-            if backend == kind and not found:
-                raise ModelUnavailable(f"{where} has no {kind}/ folder for the {kind} backend")
-            weights |= found
+    for cls in backend_classes() if backend == "auto" else [backend_class(backend)]:
+        found = cls.files(files, dtype=dtype, options=options.get(cls.name))
+        if backend == cls.name and not found:
+            raise ModelUnavailable(cls.missing_files(where, dtype=dtype, options=options.get(cls.name)))
+        weights |= set(found)
     if not weights:
         raise ModelUnavailable(f"{where} has no model weights (model.safetensors, pytorch_model.bin or an "
                                "ONNX graph)")
@@ -175,7 +150,7 @@ def _fetch_command(repo_id: str, revision: str | None, backend: str) -> str:
 
 
 def fetch(repo_id: str, *, revision: str | None = None, backend: str = "auto", dtype: str = "float32",
-          onnx_file: Path | None = None, trust_remote_code: bool = False,
+          options: "Mapping[str, BackendOptions] | None" = None, trust_remote_code: bool = False,
           local_only: bool = False) -> tuple[Path, str]:
     """The local snapshot folder of ``repo_id`` at ``revision`` holding what ``backend`` reads, and its
     commit hash. Online, missing files are downloaded (huggingface_hub's progress bars show on long
@@ -189,7 +164,7 @@ def fetch(repo_id: str, *, revision: str | None = None, backend: str = "auto", d
     rev = revision or constants.DEFAULT_REVISION
     what = f"model {repo_id!r}" + (f" (revision {revision!r})" if revision else "")
     howto = _fetch_command(repo_id, revision, backend)
-    kwargs = dict(backend=backend, dtype=dtype, onnx_file=onnx_file, trust_remote_code=trust_remote_code)
+    kwargs = dict(backend=backend, dtype=dtype, options=options, trust_remote_code=trust_remote_code)
     unreachable: Exception | None = None
     if not (local_only or _offline(constants)):
         api = huggingface_hub.HfApi()

@@ -1,6 +1,7 @@
 """Reading a model folder: what it is (task), how its sentence-transformers modules pool and
-normalize, its max length, its tokenizer, and where it keeps ONNX graphs. Pure file reading: no
-framework import."""
+normalize, its max length, its tokenizer, and whether a converted artifact came from the model's own
+code. Pure file reading: no framework import. (The files each backend reads are its own declaration:
+``Backend.files`` in ``core/backends/``.)"""
 
 from __future__ import annotations
 
@@ -10,11 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InvalidInput
-
-#: the backends a spec may name besides ``auto`` (core/backends/registry.py maps each to its class; the
-#: config's field description, the CLI's help and the Hub's file selection read this list)
-BACKEND_NAMES = ("torch", "onnx", "ct2", "neuron")
-
 
 @dataclass(frozen=True)
 class ModelInfo:
@@ -303,24 +299,6 @@ def checked_with_own_code(artifact: Path) -> bool:
     and ``scripts/convert_ct2.py --trust-remote-code``) names that code and the artifact."""
     record = _read_json(Path(artifact).parent / PARITY_RECORD)
     return bool(record.get("own_code")) and Path(artifact).name in (record.get("checked") or {})
-
-
-# --- the ONNX graphs a folder (or a Hub repository) may carry ---
-
-#: the graphs a folder may carry per dtype, in the order they are looked for
-ONNX_GRAPHS: dict[str, tuple[str, ...]] = {
-    "int8": ("onnx/model_int8.onnx", "onnx/model_quantized.onnx", "model_int8.onnx", "model_quantized.onnx"),
-    "float16": ("onnx/model_fp16.onnx", "model_fp16.onnx"),
-    "float32": ("onnx/model.onnx", "model.onnx"),
-}
-#: dtype spellings that name one of ``ONNX_GRAPHS``' dtypes
-ONNX_DTYPE_ALIASES = {"fp16": "float16", "fp32": "float32"}
-
-
-def onnx_graph_names(dtype: str) -> tuple[str, ...]:
-    """The ONNX graphs looked for in a model folder (or a Hub repository) for ``dtype``, first choice first
-    (none for a dtype ONNX graphs do not come in)."""
-    return ONNX_GRAPHS.get(ONNX_DTYPE_ALIASES.get(dtype, dtype), ())
 
 
 # --- sentence-transformers pipelines of embedding models (Transformer → Pooling → Dense… → Normalize) ---

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Write the settings and model-spec tables of docs/configuration.md from ``Settings`` and ``ModelSpec``
-(every option, its variable, its default and its description; the spec's fields grouped by the backend
-that reads them, ``core.config.spec_field_backend``), between the ``<!-- generated:NAME -->`` and
-``<!-- end:NAME -->`` markers; the prose around them is kept.
+(every option, its variable, its default and its description; the spec's fields every backend reads, then
+each backend's own options, as the backends declare them: ``core.config.BACKEND_OPTIONS``), between the
+``<!-- generated:NAME -->`` and ``<!-- end:NAME -->`` markers; the prose around them is kept.
 
     .venv/bin/python scripts/config_docs.py          # rewrite the tables
     .venv/bin/python scripts/config_docs.py --check  # exit 1 when the file differs from the code
@@ -17,7 +17,8 @@ from pathlib import Path
 
 from pydantic.fields import FieldInfo
 
-from core.config import ModelSpec, Settings, spec_field_backend
+from core.backends.catalog import names as backend_names
+from core.config import BACKEND_OPTIONS, ModelSpec, Settings
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 #: defaults that depend on the machine or on other fields, as the docs state them
@@ -28,7 +29,7 @@ DEFAULT_TEXT = {
     ("spec", "name"): "the folder name",
     ("spec", "max_batch_tokens"): "512 on CPU, 16384 on accelerators",
     ("spec", "threads"): "the `threads` setting",
-    ("spec", "workers"): "2 on CPU with 2+ threads, else 1",
+    ("onnx", "workers"): "2 on CPU with 2+ threads, else 1",
 }
 
 
@@ -58,33 +59,40 @@ def settings_table() -> str:
 
 
 def spec_groups() -> dict[str | None, list[str]]:
-    """The spec's fields by the one backend that reads them (None: every backend), in declaration order."""
-    groups: dict[str | None, list[str]] = {None: []}
-    for name in ModelSpec.model_fields:
-        groups.setdefault(spec_field_backend(name), []).append(name)
+    """The spec's fields by the one backend that reads them (None: every backend), in declaration order;
+    a backend's are its options' fields (``onnx.workers`` is ``workers`` under ``onnx``)."""
+    groups: dict[str | None, list[str]] = {None: [n for n in ModelSpec.model_fields if n not in BACKEND_OPTIONS]}
+    for backend, model in BACKEND_OPTIONS.items():
+        groups[backend] = list(model.model_fields)
     return groups
 
 
 def spec_table() -> str:
-    """One table per group: the fields every backend reads, then each backend's own."""
-    from core.backends.registry import BACKENDS
-
+    """One table per group: the fields every backend reads, then each backend's own options."""
     groups = spec_groups()
     parts = []
     for backend, names in groups.items():
         if backend is None:
-            title = "### Every backend"
-        else:
-            title = (f"### `backend: {backend}` only\n\nRead by the {backend} backend alone (also under "
-                     f"`backend: auto` when it chooses {backend}); the other backends ignore them.")
-        rows = ["| field | default | meaning |", "|---|---|---|"]
+            rows = ["| field | default | meaning |", "|---|---|---|"]
+            for name in names:
+                field = ModelSpec.model_fields[name]
+                rows.append(f"| `{name}` | {_default('spec', name, field)} | {_cell(field.description)} |")
+            parts.append("### Every backend\n\n" + "\n".join(rows))
+            continue
+        model = BACKEND_OPTIONS[backend]
+        flat = {field: key for key, field in model.flat.items()}
+        title = (f"### `backend: {backend}` only\n\nRead by the {backend} backend alone (also under `backend: auto` "
+                 f"when it chooses {backend}); the other backends ignore them. Nested under `{backend}:` "
+                 f"(`{backend}: {{{names[0]}: ...}}`); the flat key of the second column sets the same option.")
+        rows = ["| field | flat key | default | meaning |", "|---|---|---|---|"]
         for name in names:
-            field = ModelSpec.model_fields[name]
-            rows.append(f"| `{name}` | {_default('spec', name, field)} | {_cell(field.description)} |")
+            field = model.model_fields[name]
+            key = f"`{flat[name]}`" if name in flat else "—"
+            rows.append(f"| `{backend}.{name}` | {key} | {_default(backend, name, field)} | {_cell(field.description)} |")
         parts.append(title + "\n\n" + "\n".join(rows))
-    bare = [f"`{b}`" for b in BACKENDS if b not in groups]
+    bare = [f"`{b}`" for b in backend_names() if b not in groups]
     if bare:
-        parts.append(f"{' and '.join(bare) if len(bare) < 3 else ', '.join(bare)}: no fields of their own.")
+        parts.append(f"{' and '.join(bare) if len(bare) < 3 else ', '.join(bare)}: no options of their own.")
     return "\n\n".join(parts)
 
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from core.convert.onnx_export import export_folder, head_for_folder, load_head_model, model_config
 from core.errors import TesseraError
-from core.export_cache import PARITY_MIN_COSINE, compare, graph_outputs, probe_inputs, torch_outputs
+from core.convert.export_cache import PARITY_MIN_COSINE, compare, graph_outputs, probe_inputs, torch_outputs
 from core.loading import PARITY_RECORD, custom_code, task_adapters
 
 #: graph file → the spec fields that serve it (backend onnx)

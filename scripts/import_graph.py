@@ -31,10 +31,10 @@ TREES = ("core", "adapters")
 TOP_LEVEL = {
     "core: entry points": ("__main__", "cli", "cli_compat", "dev", "healthcheck"),
     "core: engine": ("engine", "batching"),
-    "core: model files": ("hub", "loading", "tokenization", "export_cache"),
+    "core: model files": ("hub", "loading", "tokenization"),
     "core: inputs and outputs": ("media", "quantize"),
     "core: process and devices": ("torch_thread", "devices", "cuda_driver", "snapshot"),
-    "core: foundation": ("errors", "logs", "metrics", "tracing", "request_context"),
+    "core: foundation": ("errors", "capabilities", "logs", "metrics", "tracing", "request_context"),
 }
 
 

@@ -152,7 +152,7 @@ def onnx_only(spec: ModelSpec) -> ModelSpec:
     second session would add its load time to the cold start and a copy of the weights to memory."""
     if spec.backend not in ("auto", "onnx"):
         raise InvalidInput(f"model {spec.served_name!r}: the Lambda image serves ONNX only, not {spec.backend!r}")
-    return spec.model_copy(update={"backend": "onnx", "workers": spec.workers or 1})
+    return spec.model_copy(update={"backend": "onnx", "workers": spec.onnx.workers or 1})
 
 
 class LambdaSettings(Settings):

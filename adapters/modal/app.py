@@ -77,17 +77,20 @@ app = modal.App(DEPLOY.app_name, image=image)
 
 def stage_spec(spec, backend: str):
     """The spec a model is loaded with before the memory snapshot (no GPU there), or None to load it
-    after restore. CPU models load as they are. A torch model on a GPU loads on the CPU and moves after
-    restore (``Backend.to_device``); float16, which the torch backend runs on CUDA only, is staged as
-    float32 (twice the weights' size in the snapshot) and cast when it moves. Other backends bind
-    their weights to the device when they load (an ONNX Runtime session, a CTranslate2 model): None."""
+    after restore. CPU models load as they are. A model on a GPU whose backend moves a loaded model
+    (torch: ``Backend.cpu_stage``) loads on the CPU and moves after restore (``Registry.move_to``), at the
+    dtype the backend stages it with (torch: float16, which it runs on CUDA only, as float32, twice the
+    weights' size in the snapshot, cast when it moves). Other backends bind their weights to the device
+    when they load (an ONNX Runtime session, a CTranslate2 model): None."""
+    from core.backends.catalog import backend_class
+
     if spec.device == "cpu":
         return spec
-    if backend == "torch":
-        dtype = "float32" if spec.dtype in ("float16", "fp16") else spec.dtype
-        # backend pinned: on the CPU, ``auto`` could choose (or export) an ONNX graph instead
-        return spec.model_copy(update={"device": "cpu", "dtype": dtype, "backend": "torch"})
-    return None
+    dtype = backend_class(backend).cpu_stage(spec.dtype)
+    if dtype is None:
+        return None
+    # backend pinned: on the CPU, ``auto`` could choose (or export) an ONNX graph instead
+    return spec.model_copy(update={"device": "cpu", "dtype": dtype, "backend": backend})
 
 
 #: what to do when Modal's host driver cannot run the image's torch build (Modal manages the driver)
@@ -120,7 +123,7 @@ def check_cuda_driver(specs, environ) -> None:
 def weights_identity(spec, environ) -> str:
     """What the snapshot's copy of a model's weights is checked against after restore: a hash over the files
     the spec reads (its folder, or for a Hub id its cache folder on the Volume, refs included; an
-    ``onnx_file`` elsewhere): each one's path, size and modification time, and the contents of the small
+    ``onnx.file`` elsewhere): each one's path, size and modification time, and the contents of the small
     ones (configs, refs). Modal's docs: a memory snapshot does not follow later changes to a Volume; a model
     re-seeded in place would otherwise keep serving the snapshot's weights, since only specs are compared."""
     import hashlib
@@ -130,8 +133,10 @@ def weights_identity(spec, environ) -> str:
     if not root.exists() and not root.is_absolute() and str(spec.path).count("/") == 1:  # a Hub id
         root = Path(environ.get("HF_HOME", HF_HOME)) / "hub" / f"models--{str(spec.path).replace('/', '--')}"
     files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
-    if getattr(spec, "onnx_file", None):
-        files.append(Path(str(spec.onnx_file)))
+    for options in spec.backend_options().values():  # a file an option names outside the folder (onnx.file)
+        file = getattr(options, "file", None)
+        if file:
+            files.append(Path(str(file)))
     digest = hashlib.sha256()
     for path in files:
         try:
@@ -173,9 +178,8 @@ class Tessera:
         """Before the memory snapshot (no GPU attached): import the backends and load every model's
         weights on the CPU (see ``stage_spec``), so a restored container has them in memory. Nothing here
         touches CUDA: torch caches "no GPU" for the life of the process once asked."""
-        import importlib
-
-        from core.backends.registry import BACKENDS, resolve_name
+        from core.backends.catalog import backend_class
+        from core.backends.registry import resolve_name
         from core.config import settings_from_env
         from core.engine import Registry
 
@@ -183,7 +187,7 @@ class Tessera:
         self.staged: dict[str, object] = {}
         for spec in settings.model_specs():
             backend = resolve_name(spec)
-            importlib.import_module(BACKENDS[backend][0])
+            backend_class(backend)  # its module imported before the snapshot
             staged = stage_spec(spec, backend)
             if staged is not None:
                 self.staged[spec.served_name] = staged
@@ -201,8 +205,7 @@ class Tessera:
         on the Volume changed since the snapshot (``weights_identity``) is loaded again from them."""
         from core.backends.registry import resolve_name
         from core.config import settings_from_env
-        from core.engine import Engine, FailedModel, Registry
-        from core.errors import TesseraError
+        from core.engine import Registry
         from core.logs import configure_logging
 
         import logging
@@ -213,7 +216,7 @@ class Tessera:
         self.settings = settings_from_env(os.environ)  # the serving edge: once, here
         configure_logging(self.settings.log_level)
         check_cuda_driver(self.settings.model_specs(), os.environ)  # GPU attached now: before any move
-        staged, registry, rest = self.snapshot_registry, Registry(), []
+        kept, rest = {}, []
         for spec in self.settings.model_specs():
             name = spec.served_name
             if name not in self.staged or stage_spec(spec, resolve_name(spec)) != self.staged[name]:
@@ -223,18 +226,10 @@ class Tessera:
                     "model %s: its files changed on the Volume since the memory snapshot: loaded again from there",
                     name)
                 rest.append(spec)
-            elif name in staged.failed:
-                registry.failed[name] = FailedModel(spec, staged.failed[name].error)
             else:
-                engine = staged.engines[name]
-                try:
-                    if (engine.spec.device, engine.spec.dtype) != (spec.device, spec.dtype):
-                        engine.backend.to_device(spec.device, spec.dtype)
-                except TesseraError as exc:
-                    registry.failed[name] = FailedModel(spec, exc.message)
-                    continue
-                # the engine again, with the served spec: its batch budget is the device's
-                registry.engines[name] = Engine(spec, engine.task, engine.backend, settings=self.settings)
+                kept[name] = spec  # the snapshot's weights, moved to the served spec's device and dtype
+        registry = self.snapshot_registry.move_to(settings=self.settings, specs=kept)
+        registry.allow_degraded = self.settings.allow_degraded  # the settings the container serves with
         if rest:
             loaded = Registry.from_settings(self.settings.model_copy(update={"models": rest}))
             registry.engines.update(loaded.engines)

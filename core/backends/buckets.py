@@ -289,7 +289,7 @@ class BucketedBackend(Backend):
             self._read_manifest(Path(manifest_dir))
 
     @classmethod
-    def from_spec(cls, spec) -> "BucketedBackend":
+    def from_spec(cls, spec, artifact: Path | None = None) -> "BucketedBackend":
         """Reads the manifest now, so the engine knows the largest batch and sequence before loading."""
         return cls(cls.manifest_dir_for(spec.path))
 

@@ -8,13 +8,15 @@ int8) on CUDA. Weights are converted once as float32; CTranslate2 quantizes them
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Mapping
+from typing import TYPE_CHECKING, ClassVar, Collection, Mapping
 
 import numpy as np
 
-from core.backends.base import Backend
-from core.config import ModelSpec
+from core.backends.base import Backend, BackendOptions, Folder
 from core.errors import BackendFailure, InvalidInput, Unsupported, require
+
+if TYPE_CHECKING:
+    from core.config import ModelSpec
 
 CT2_SUBDIR = "ct2"
 
@@ -70,10 +72,47 @@ def compute_type_for(device: str, dtype: str) -> str:
 
 class CT2Backend(Backend):
     name: ClassVar[str] = "ct2"
+    extra: ClassVar[str] = "ct2"
+    runtime: ClassVar[str | None] = "ctranslate2"
+    auto_order: ClassVar[int | None] = 20
+    artifact_label: ClassVar[str] = "CTranslate2 model"
+    own_code_converter: ClassVar[str | None] = "scripts/convert_ct2.py"
+    #: ``forward_batch`` takes sequence lengths, not a mask
+    masks_attention: ClassVar[bool] = False
     max_batch_size: int | None = None
 
     @classmethod
-    def from_spec(cls, spec: ModelSpec) -> "CT2Backend":
+    def files(cls, listing: Collection[str], *, dtype: str, options: BackendOptions | None) -> list[str]:
+        """The converted encoder's folder, ``ct2/`` (``model.bin`` first), whatever the dtype: CTranslate2
+        quantizes when it loads."""
+        main = f"{CT2_SUBDIR}/model.bin"
+        if main not in listing:
+            return []
+        return [main, *sorted(f for f in listing if f.startswith(CT2_SUBDIR + "/") and f != main)]
+
+    @classmethod
+    def missing_files(cls, where: str, *, dtype: str, options: BackendOptions | None) -> str:
+        return f"{where} has no {CT2_SUBDIR}/ folder for the ct2 backend"
+
+    @classmethod
+    def can_serve(cls, spec: "ModelSpec", folder: Folder) -> str | None:
+        """The folder's CTranslate2 model where its runtime is installed; without it (e.g. the SageMaker images)
+        the folder's torch weights serve, and a folder with nothing else fails here, naming the extra. A model
+        with its own code: only a model converted from that code, with the runtime installed."""
+        model = cls.artifact(folder.path, dtype=spec.dtype, options=None, listing=folder.files)
+        if model is None:
+            return None
+        if folder.own_code is not None:
+            if not (cls.converted_from_own_code(spec, model) and cls.installed()):
+                return None
+            return (f"the model runs its own code ({folder.own_code}) and the folder's CTranslate2 model matched it "
+                    "(parity.json)")
+        if cls.installed() or not folder.has_fallback_weights:
+            return "the folder holds a CTranslate2 model (ct2/model.bin)"
+        return None
+
+    @classmethod
+    def from_spec(cls, spec: "ModelSpec", artifact: Path | None = None) -> "CT2Backend":
         return cls()
 
     def __init__(self) -> None:

@@ -92,7 +92,7 @@ def cuda_candidates(spec: ModelSpec, head: str, cache_dir: Path, auto_export: bo
         return out, ["onnxruntime has no CUDA provider (pip install onnxruntime-gpu)"]
     if not auto_export:
         return out, ["ONNX Runtime CUDA not tried: auto_export is off"]
-    from core.export_cache import ExportUnavailable, cached_fp16
+    from core.convert.export_cache import ExportUnavailable, cached_fp16
 
     try:
         out.append(Candidate("onnx", "float16", onnx_file=cached_fp16(spec.path, head=head, cache_dir=cache_dir,
@@ -140,7 +140,7 @@ def _time(backend, feeds: dict[str, np.ndarray]) -> float:
 
 def measure(spec: ModelSpec, head: str, candidates: list[Candidate], load: Loader) -> list[Measured]:
     """Each candidate's parity against torch float32 on the spec's device, and the time of the kept ones."""
-    from core.export_cache import PARITY_MIN_COSINE, compare, probe_inputs
+    from core.convert.export_cache import PARITY_MIN_COSINE, compare, probe_inputs
 
     feeds = probe_inputs(spec.path, head, spec.max_length)
     reference = load(Candidate("torch", "float32"))
@@ -182,7 +182,7 @@ def fastest(spec: ModelSpec, head: str, candidates: list[Candidate], *, load: Lo
             notes: list[str] | None = None) -> Verdict:
     """The fastest candidate that keeps parity (measured now, or read from the cache); torch float32 when
     none does."""
-    from core.export_cache import cache_key, write_json
+    from core.convert.export_cache import cache_key, write_json
 
     name = device_name(spec.device)
     key, inputs = cache_key(spec.path, head=head, cache_dir=cache_dir, dtype=f"fastest@{name}")

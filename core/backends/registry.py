@@ -9,29 +9,19 @@ the folder (or the export cache) can run with parity, see docs/backends.md.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.backends.base import Backend
+from core.backends.base import Backend, Folder, device_kind, folder_files
+from core.backends.catalog import FALLBACK, auto_order, backend_class
 from core.backends.heads import get_head
 from core.config import ModelSpec
 from core.errors import InvalidInput, MissingDependency, Unsupported, install_hint
-from core.loading import (ONNX_DTYPE_ALIASES, ONNX_GRAPHS, PARITY_RECORD, checked_with_own_code, custom_code,
-                          onnx_graph_names)
+from core.loading import PARITY_RECORD, custom_code
 
 log = logging.getLogger(__name__)
-
-# name → (module, class, extra that installs it)
-BACKENDS: dict[str, tuple[str, str, str]] = {
-    "torch": ("core.backends.torch", "TorchBackend", "torch"),
-    "onnx": ("core.backends.onnx", "OnnxBackend", "onnx"),
-    "ct2": ("core.backends.ct2", "CT2Backend", "ct2"),
-    "neuron": ("core.backends.neuron", "NeuronBackend", "neuron"),
-}
-
 
 
 @dataclass(frozen=True)
@@ -40,111 +30,75 @@ class Choice:
 
     backend: str
     reason: str
-    #: the graph to run when it is not the folder's own (the export cache's)
-    onnx_file: Path | None = None
+    #: the file to run when it is not the folder's own (the export cache's ONNX graph)
+    artifact: Path | None = None
     #: True when a faster backend was meant but could not be had (export or its check failed)
     fell_back: bool = False
     #: the dtype chosen for a spec that named none (on an accelerator, ``core.backends.precision``)
     dtype: str | None = None
 
 
-def onnx_file_for(spec: ModelSpec) -> Path | None:
-    """The ONNX graph a spec points at, if any: ``onnx_file`` (relative paths are resolved against the
-    model folder), else the folder's graph for the dtype (``core.loading.ONNX_GRAPHS``): ``onnx/model.onnx`` or
-    ``model.onnx``; ``dtype: int8`` → ``onnx/model_int8.onnx`` / ``onnx/model_quantized.onnx``;
-    ``float16`` → ``onnx/model_fp16.onnx``. Never a graph of another precision."""
-    if spec.onnx_file is not None:
-        return Path(spec.onnx_file)
-    for candidate in (spec.path / name for name in onnx_graph_names(spec.dtype)):
-        if candidate.exists():
-            return candidate
-    return None
-
-
-def missing_graph_message(spec: ModelSpec) -> str:
-    """What is missing for ``backend: onnx`` at this dtype, and the command that makes it."""
-    dtype = ONNX_DTYPE_ALIASES.get(spec.dtype, spec.dtype)
-    if spec.onnx_file is not None:
-        return f"model {spec.served_name!r}: onnx_file {spec.onnx_file} does not exist"
-    names = onnx_graph_names(dtype)
-    flag = {"int8": " --int8 fast", "float16": " --fp16"}.get(dtype, "")
-    have = [n for graphs in ONNX_GRAPHS.values() for n in graphs if (spec.path / n).exists()]
-    found = f"; the folder has {', '.join(have)} (another precision)" if have else ""
-    short = {"float16": "fp16", "float32": "fp32"}.get(dtype, dtype)
-    return (f"model {spec.served_name!r}: no {short} ONNX graph in {spec.path} (looked for {', '.join(names)}){found}; "
-            f"make one with `python scripts/export_onnx.py {spec.path} OUT{flag}` and serve OUT, "
-            f"or name a graph with onnx_file")
-
-
-def _has_onnxruntime() -> bool:
-    return importlib.util.find_spec("onnxruntime") is not None
-
-
-def _has_ctranslate2() -> bool:
-    return importlib.util.find_spec("ctranslate2") is not None
-
-
 def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None = None,
            auto_export: bool = True, threads: int = 1) -> Choice:
     """The backend for a spec. ``head``: the head the task runs (needed to export or measure); ``cache_dir``
-    and ``auto_export``: the settings of the export cache; ``threads``: the runtime threads of a measurement."""
-    from core.export_cache import ExportUnavailable, cached_or_export, has_torch_weights
+    and ``auto_export``: the settings of the export cache; ``threads``: the runtime threads of a measurement.
 
+    ``auto`` asks each backend in turn whether it serves the folder on the device (``Backend.can_serve``,
+    in their declared order); when none does, the fallback (torch) serves the model's own weights, or an
+    artifact made from them: on CUDA the fastest verified precision, on a CPU an ONNX graph from the
+    export cache."""
     torch_only = get_head(head).torch_only if head is not None else None
     if spec.backend != "auto":
-        if spec.backend not in BACKENDS:
-            raise InvalidInput(f"unknown backend {spec.backend!r}; known: {sorted(BACKENDS)}")
-        if torch_only and spec.backend != "torch":
+        cls = backend_class(spec.backend)
+        if torch_only and spec.backend != FALLBACK:
             raise Unsupported(f"model {spec.served_name!r} is {torch_only}, so backend {spec.backend!r} would "
-                              "compute other vectors or none; serve it with backend 'torch' (or 'auto')",
+                              f"compute other vectors or none; serve it with backend {FALLBACK!r} (or 'auto')",
                               code="unsupported_architecture")
-        if spec.backend == "onnx" and not onnx_graph_names(spec.dtype):
-            raise InvalidInput(f"onnx backend: dtype {spec.dtype!r} not supported; use one of "
-                               f"{sorted([*ONNX_GRAPHS, *ONNX_DTYPE_ALIASES])}")
-        if spec.backend == "onnx" and onnx_file_for(spec) is None:
-            raise InvalidInput(missing_graph_message(spec))
+        cls.check_spec(spec)
         check_own_code_artifact(spec)
         return Choice(spec.backend, "set in the model spec")
     if torch_only:  # before the folder's artifacts: none of them computes this head
-        return Choice("torch", f"{torch_only}: torch")
-    kind = spec.device.partition(":")[0]
-    if (spec.path / "neuron" / "manifest.json").exists() and kind != "cuda":
-        return Choice("neuron", "the folder holds compiled Neuron buckets (neuron/manifest.json)")
-    if kind == "neuron":  # a Neuron device runs compiled buckets only: neither ONNX Runtime nor torch serve it
-        raise InvalidInput(f"model {spec.served_name!r}: device 'neuron' serves compiled Neuron buckets, and "
-                           f"{spec.path} has none (no neuron/manifest.json); compile them with "
-                           f"`python scripts/compile_neuron.py {spec.path} OUT` and serve OUT")
-    own_code = custom_code(_config(spec.path))
-    if own_code is not None:  # before the folder's artifacts: only those converted from its own code serve it
-        return _own_code_choice(spec, own_code)
-    graph = onnx_file_for(spec)
-    if graph is not None:
-        shown = graph.relative_to(spec.path) if graph.is_relative_to(spec.path) else graph
-        return Choice("onnx", f"the folder has an ONNX graph for {spec.dtype} ({shown})")
-    weights = has_torch_weights(spec.path)
-    # a CTranslate2 model where its runtime is installed; without it (e.g. the SageMaker images) the folder's
-    # torch weights serve, and a folder with nothing else fails on the ct2 backend, naming its extra
-    if (spec.path / "ct2" / "model.bin").exists() and (_has_ctranslate2() or not weights):
-        return Choice("ct2", "the folder holds a CTranslate2 model (ct2/model.bin)")
+        return Choice(FALLBACK, f"{torch_only}: {FALLBACK}")
+    config = _config(spec.path)
+    files = folder_files(spec.path)
+    fallback = backend_class(FALLBACK)
+    weights = bool(fallback.files(files, dtype=spec.dtype, options=fallback.options_of(spec)))
+    folder = Folder(spec.path, files, own_code=custom_code(config), has_fallback_weights=weights)
+    others = [cls for cls in auto_order() if cls.name != FALLBACK]
+    for cls in others:
+        reason = cls.can_serve(spec, folder)
+        if reason is not None:
+            return Choice(cls.name, reason)
+    if folder.own_code is not None:  # only artifacts converted from its own code serve it (none did)
+        return _own_code_fallback(spec, folder, others)
     if not weights:
-        if any((spec.path / n).exists() for graphs in ONNX_GRAPHS.values() for n in graphs):
-            raise InvalidInput(missing_graph_message(spec) + " (the folder has no torch weights to fall back on)")
-        if (spec.path / "neuron" / "manifest.json").exists():
-            return Choice("torch", f"compiled Neuron buckets do not run on {spec.device}, and the folder has no "
-                                   "ONNX or CTranslate2 artifact")
-        return Choice("torch", "no ONNX, CTranslate2 or Neuron artifact in the folder")
-    if kind == "cuda" and head is not None and not spec.dtype_is_set:
+        for cls in others:
+            why = cls.cannot_serve(spec, folder)
+            if why is not None:
+                raise InvalidInput(why + f" (the folder has no {fallback.artifact_label} to fall back on)")
+        labels = [c.artifact_label for c in others]
+        return Choice(FALLBACK, f"no {' or '.join(filter(None, [', '.join(labels[:-1]), labels[-1]]))} in the folder")
+    return _fallback_or_export(spec, head, cache_dir, auto_export, threads)
+
+
+def _fallback_or_export(spec: ModelSpec, head: str | None, cache_dir: Path | None, auto_export: bool,
+                        threads: int) -> Choice:
+    """A folder with torch weights and no artifact that serves it: on CUDA with no dtype set, the fastest
+    verified precision; elsewhere torch, or on a CPU the ONNX graph the export cache makes."""
+    if device_kind(spec.device) == "cuda" and head is not None and not spec.dtype_is_set:
         from core.backends.precision import cuda_candidates, fastest
 
         cache_dir = cache_dir if cache_dir is not None else _default_cache_dir()
         candidates, notes = cuda_candidates(spec, head, cache_dir, auto_export)
         verdict = fastest(spec, head, candidates, load=lambda c: load_candidate(spec, c, head, threads),
                           cache_dir=cache_dir, notes=notes)
-        return Choice(verdict.backend, verdict.reason, onnx_file=verdict.onnx_file, fell_back=verdict.fell_back,
+        return Choice(verdict.backend, verdict.reason, artifact=verdict.onnx_file, fell_back=verdict.fell_back,
                       dtype=verdict.dtype)
     if spec.device != "cpu":
         return Choice("torch", f"auto on {spec.device} with dtype {spec.dtype}: torch"
                       if spec.dtype_is_set else f"auto on {spec.device}: torch")
+    from core.backends.onnx import ONNX_DTYPE_ALIASES, OnnxBackend
+
     if ONNX_DTYPE_ALIASES.get(spec.dtype, spec.dtype) != "float32":
         return Choice("torch", f"no {spec.dtype} ONNX graph in the folder and only float32 is exported "
                                f"automatically (for ONNX {spec.dtype}: scripts/export_onnx.py)")
@@ -154,8 +108,10 @@ def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None =
         return Choice("torch", "the model runs its own code (trust_remote_code): not exported")
     if head is None:
         return Choice("torch", "no ONNX graph in the folder")
-    if not _has_onnxruntime():
+    if not OnnxBackend.installed():
         return Choice("torch", f"onnxruntime is not installed ({install_hint('onnx')})", fell_back=True)
+    from core.convert.export_cache import ExportUnavailable, cached_or_export
+
     if cache_dir is None:
         cache_dir = _default_cache_dir()
     try:
@@ -166,63 +122,49 @@ def choose(spec: ModelSpec, *, head: str | None = None, cache_dir: Path | None =
     worst = min(cached.min_cosine.values()) if cached.min_cosine else float("nan")
     how = "exported now" if cached.exported_now else "from the export cache"
     return Choice("onnx", f"ONNX Runtime on CPU, graph {how} ({cached.path.parent}), worst cosine vs torch "
-                          f"{worst:.6f}", onnx_file=cached.path)
+                          f"{worst:.6f}", artifact=cached.path)
 
 
 def _config(folder: Path) -> dict:
-    import json
-
     try:
         return json.loads((Path(folder) / "config.json").read_text())
     except (OSError, ValueError):
         return {}
 
 
-def _ct2_model(folder: Path) -> Path | None:
-    for candidate in (Path(folder) / "ct2" / "model.bin", Path(folder) / "model.bin"):
-        if candidate.exists():
-            return candidate
-    return None
-
-
 def check_own_code_artifact(spec: ModelSpec) -> None:
-    """``backend: onnx`` / ``ct2`` for a model with its own code (config ``auto_map``): the graph or the
-    CTranslate2 model must come from that code — recorded in the ``parity.json`` the converters write when run
-    with ``--trust-remote-code`` — or, for ONNX, be named by the spec's ``onnx_file`` (e.g. the model
-    publisher's own export). A conversion through transformers' built-in class of the model's ``model_type``
-    computes something else (jina-embeddings-v3 without its task adapters), so it is refused, never served."""
+    """An explicit backend that runs a converted artifact (``Backend.own_code_converter``: ONNX, CTranslate2)
+    for a model with its own code (config ``auto_map``): the artifact must come from that code — recorded in
+    the ``parity.json`` the converters write when run with ``--trust-remote-code`` — or, for ONNX, be named
+    by the spec's ``onnx.file`` (e.g. the model publisher's own export). A conversion through transformers'
+    built-in class of the model's ``model_type`` computes something else (jina-embeddings-v3 without its task
+    adapters), so it is refused, never served."""
     code = custom_code(_config(spec.path))
-    if code is None or spec.backend not in ("onnx", "ct2") or (spec.backend == "onnx" and spec.onnx_file is not None):
+    cls = backend_class(spec.backend)
+    if code is None or cls.own_code_converter is None:
         return
-    artifact = onnx_file_for(spec) if spec.backend == "onnx" else _ct2_model(spec.path)
-    if artifact is None or checked_with_own_code(artifact):
+    artifact = cls.artifact(spec.path, dtype=spec.dtype, options=cls.options_of(spec))
+    if artifact is None or cls.converted_from_own_code(spec, artifact):
         return  # none: the backend's own message names what is missing
-    script = "export_onnx.py" if spec.backend == "onnx" else "convert_ct2.py"
+    named = cls.Options is not None and "file" in cls.Options.model_fields
     raise Unsupported(
         f"model {spec.served_name!r} runs its own code ({code}), and {artifact} is not recorded as converted from "
         f"that code (no {artifact.parent / PARITY_RECORD} naming it): a conversion through transformers' built-in "
-        f"class gives different vectors. Convert it with `python scripts/{script} {spec.path} OUT "
+        f"class gives different vectors. Convert it with `python {cls.own_code_converter} {spec.path} OUT "
         "--trust-remote-code` (checked against the model's own code) and serve OUT"
-        + (", name a graph made from the model's own code with onnx_file" if spec.backend == "onnx" else "")
+        + (f", name a graph made from the model's own code with {cls.name}.file" if named else "")
         + ", or serve it with backend torch", code="custom_code")
 
 
-def _own_code_choice(spec: ModelSpec, code: str) -> Choice:
-    """``auto`` for a model with its own code: an artifact converted from that code (``parity.json``) or named
-    by the spec, else torch (the export cache converts with transformers' built-in classes only)."""
-    graph = onnx_file_for(spec)
-    if graph is not None and (spec.onnx_file is not None or checked_with_own_code(graph)):
-        return Choice("onnx", f"the model runs its own code ({code}) and the folder's ONNX graph was exported from "
-                              f"it ({graph.name}, {PARITY_RECORD})")
-    ct2 = _ct2_model(spec.path)
-    if ct2 is not None and checked_with_own_code(ct2) and _has_ctranslate2():
-        return Choice("ct2", f"the model runs its own code ({code}) and the folder's CTranslate2 model matched it "
-                             f"({PARITY_RECORD})")
-    found = [p for p in (graph, ct2) if p is not None]
+def _own_code_fallback(spec: ModelSpec, folder: Folder, others: list[type[Backend]]) -> Choice:
+    """``auto`` for a model with its own code that no converted artifact serves: torch (the export cache
+    converts with transformers' built-in classes only), naming the artifacts found and not used."""
+    found = [p for p in (cls.artifact(spec.path, dtype=spec.dtype, options=cls.options_of(spec), listing=folder.files)
+                         for cls in others if cls.own_code_converter is not None) if p is not None]
     why = (f"{', '.join(str(p.relative_to(spec.path)) for p in found)} not recorded as converted from that code "
            f"({PARITY_RECORD}), so not served" if found else "not exported (the export cache runs transformers' "
            "built-in classes only)")
-    return Choice("torch", f"the model runs its own code ({code}, trust_remote_code): {why}")
+    return Choice(FALLBACK, f"the model runs its own code ({folder.own_code}, trust_remote_code): {why}")
 
 
 def _default_cache_dir() -> Path:
@@ -239,20 +181,17 @@ def resolve_name(spec: ModelSpec) -> str:
 def create_backend(spec: ModelSpec, choice: Choice | None = None) -> Backend:
     """Build the chosen backend (``choose(spec)`` without an export when no choice is given)."""
     choice = choice or choose(spec, auto_export=False)
-    module_name, class_name, extra = BACKENDS[choice.backend]
     try:
-        module = importlib.import_module(module_name)
+        cls = backend_class(choice.backend)
     except ImportError as exc:
-        raise MissingDependency(f"backend {choice.backend!r} needs the extra [{extra}]: {install_hint(extra)} ({exc})") from exc
-    if choice.onnx_file is not None:
-        spec = spec.model_copy(update={"onnx_file": choice.onnx_file})
-    return getattr(module, class_name).from_spec(spec)
+        raise MissingDependency(f"backend {choice.backend!r} could not be imported ({exc})") from exc
+    return cls.from_spec(spec, artifact=choice.artifact)
 
 
 def load_candidate(spec: ModelSpec, candidate, head: str, threads: int) -> Backend:
     """A backend of ``candidate`` (a ``core.backends.precision.Candidate``: backend, dtype, graph) loaded on
     the spec's device, for measuring it."""
-    choice = Choice(candidate.backend, "measuring", onnx_file=candidate.onnx_file)
+    choice = Choice(candidate.backend, "measuring", artifact=candidate.onnx_file)
     backend = create_backend(spec.model_copy(update={"dtype": candidate.dtype}), choice)
     backend.load(spec.path, head=head, device=spec.device, dtype=candidate.dtype, threads=threads)
     return backend

@@ -5,23 +5,26 @@
   channel, activations quantized per batch) of the attention ``nn.Linear`` layers; the feed-forward
   layers stay fp32, as in the ONNX "accurate" int8 graph (quantizing them too drops MiniLM's worst
   cosine vs fp32 to ≈0.91, see docs/backends.md). CPU only.
-- ``compile: true`` in the model spec wraps the model in ``torch.compile`` (first batches of each new
+- ``torch: {compile: true}`` in the model spec wraps the model in ``torch.compile`` (first batches of each new
   shape are slow while it compiles; ``dynamic=True`` keeps recompiles down).
 """
 
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
-from typing import ClassVar, Mapping
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, ClassVar, Collection, Mapping
 
 import numpy as np
+from pydantic import Field
 
-from core.backends.base import Backend
+from core.backends.base import Backend, BackendOptions
 from core.backends.heads import Head, accepted_inputs, get_head, is_feed_forward, load_head_class
-from core.config import ModelSpec
 from core.errors import BackendFailure, InvalidInput, OutOfMemory, require
 from core.torch_thread import on_torch_thread
+
+if TYPE_CHECKING:
+    from core.config import ModelSpec
 
 _DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
            "bfloat16": "bfloat16", "bf16": "bfloat16", "int8": "int8", "qint8": "int8"}
@@ -65,13 +68,43 @@ def check_device(torch, device: str, dtype: str) -> None:
         raise InvalidInput(f"device {device!r} requested but CUDA is not available to torch")
 
 
+#: root weight files that are not the model's: BGE-M3-style heads (core/tasks/multi_output.py) and a Stanford
+#: ColBERT checkpoint's projection, which every backend's task reads (``core.hub`` fetches them for all)
+NOT_THE_MODEL = ("sparse_linear", "colbert_linear", "linear")
+
+
+class TorchOptions(BackendOptions):
+    """``torch:`` in a model spec."""
+
+    compile: bool = Field(default=False, description="run the model through torch.compile")
+
+    flat = {"compile": "compile"}
+
+
 class TorchBackend(Backend):
     name: ClassVar[str] = "torch"
+    extra: ClassVar[str] = "torch"
+    runtime: ClassVar[str | None] = "torch"
+    Options = TorchOptions
+    artifact_label: ClassVar[str] = "torch weights"
     max_batch_size: int | None = None
 
     @classmethod
-    def from_spec(cls, spec: ModelSpec) -> "TorchBackend":
-        return cls(compile=spec.compile, trust_remote_code=spec.trust_remote_code)
+    def files(cls, listing: Collection[str], *, dtype: str, options: BackendOptions | None) -> list[str]:
+        """Root weights transformers reads: every ``*.safetensors`` (shards and adapters included), else the
+        ``*.bin`` checkpoints (never both: the same weights twice)."""
+        root = [f for f in listing if "/" not in f and PurePosixPath(f).stem not in NOT_THE_MODEL]
+        safetensors = [f for f in root if f.endswith(".safetensors")]
+        bins = [f for f in root if f.endswith(".bin") and f != "training_args.bin"]
+        return sorted(safetensors or bins)
+
+    @classmethod
+    def missing_files(cls, where: str, *, dtype: str, options: BackendOptions | None) -> str:
+        return f"{where} has no weights the torch backend reads (model.safetensors or pytorch_model.bin at the top level)"
+
+    @classmethod
+    def from_spec(cls, spec: "ModelSpec", artifact: Path | None = None) -> "TorchBackend":
+        return cls(compile=spec.torch.compile, trust_remote_code=spec.trust_remote_code)
 
     def __init__(self, compile: bool = False, trust_remote_code: bool = False) -> None:
         self._compile = compile
@@ -110,6 +143,11 @@ class TorchBackend(Backend):
         self._model = torch.compile(self._eager, dynamic=True) if self._compile else self._eager
         self._device, self._head = device, spec
         self._attention = attention_kernels(torch, device)
+
+    @classmethod
+    def cpu_stage(cls, dtype: str) -> str | None:
+        """float16 runs on CUDA only: staged as float32 on the CPU and cast when it moves."""
+        return "float32" if _DTYPES.get(dtype) == "float16" else dtype
 
     def to_device(self, device: str, dtype: str | None = None) -> None:
         """Move the loaded model (e.g. loaded on the CPU before a memory snapshot) to ``device``, cast to

@@ -102,7 +102,7 @@ def job_description(settings, options: JobOptions) -> dict:
     """What makes two runs the same job: the input and its columns, the model spec and files, the vector
     options. A resumed run must match it; a finished output whose metadata matches is not done again."""
     spec = select_spec(settings, options.model)
-    spec_fields = spec.model_dump(mode="json", exclude={"max_queue_items", "max_batch_size", "max_batch_tokens",
+    spec_fields = spec.flat_dump(mode="json", exclude={"max_queue_items", "max_batch_size", "max_batch_tokens",
                                                         "threads", "workers", "ort_spin"})
     return {"input": options.input, "format": formats.detect_format(options.input, options.format),
             "text_column": options.text_column, "id_column": options.id_column, "model": spec_fields,

@@ -64,7 +64,7 @@ def check_against_own_code(src: Path, dst: Path, code: str) -> float:
 
     from core.backends.ct2 import CT2Backend
     from core.convert.onnx_export import load_head_model
-    from core.export_cache import PARITY_MIN_COSINE, compare, probe_inputs, torch_outputs
+    from core.convert.export_cache import PARITY_MIN_COSINE, compare, probe_inputs, torch_outputs
 
     feeds = probe_inputs(src, "encoder")
     want = torch_outputs(load_head_model(src, "encoder", trust_remote_code=True), "encoder", feeds)

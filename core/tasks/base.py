@@ -11,7 +11,7 @@ Items of many requests share a batch; ``finish`` sees only its own request's ite
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -19,6 +19,9 @@ from core.capabilities import Capability
 from core.errors import Unsupported
 from core.loading import ModelInfo
 from core.tokenization import TextTokenizer, pad_batch
+
+if TYPE_CHECKING:
+    from core.backends.base import Backend
 
 
 #: texts up to this many characters in all are tokenized on the event loop (~0.1 ms), not on a worker
@@ -116,9 +119,10 @@ class Task:
         """The labels of the task's scores, by index (TEI's ``/info`` id2label); none by default."""
         return []
 
-    def check_backend(self, backend: str) -> None:
-        """Raise ``Unsupported`` when the chosen backend cannot compute what this task needs of the model
-        (checked at load, before the backend loads); every backend by default."""
+    def check_backend(self, backend: "Backend") -> None:
+        """Raise ``Unsupported`` when the chosen backend (built, not loaded) cannot compute what this task needs
+        of the model, as its declarations say (checked at load, before the backend loads); every backend by
+        default."""
 
     def warmup_batches(self, batch_tokens: int, max_batch_size: int) -> list[Mapping[str, np.ndarray]]:
         """Backend inputs of one batch per shape class the batcher will form (run once at load, before

@@ -111,11 +111,11 @@ class EmbedTask(TextTask):
         self.adapters = task_adapters(info.config)
         self.task_required = False
 
-    def check_backend(self, backend: str) -> None:
-        """A model with task adapters served from an ONNX graph: the graph takes a task id (as
-        jina-embeddings-v3's published graph and our exporter's do) and holds no path without one, so every
-        request names its task."""
-        self.task_required = bool(self.adapters) and backend == "onnx"
+    def check_backend(self, backend) -> None:
+        """A model with task adapters served by a backend without a default adapter (an ONNX graph takes a task
+        id, as jina-embeddings-v3's published graph and our exporter's do, and holds no path without one:
+        ``default_adapter`` off), so every request names its task."""
+        self.task_required = bool(self.adapters) and not backend.default_adapter
 
     def batch_group(self, request: EmbedRequest) -> str | None:
         """A batch runs one task adapter (an ONNX graph takes one task id per call)."""

@@ -172,11 +172,12 @@ class LateInteractionTask(Task):
         self.special_ids = self.tokenizer.special_ids
         self.dimension = self.projections[-1].weight.shape[0] if self.projections else info.dimension
 
-    def check_backend(self, backend: str) -> None:
-        """CTranslate2's encoder takes sequence lengths, not a mask: positions past a row's length are padding to
-        it, so the vectors of [MASK] expansions that are kept but not attended (ColBERT's and PyLate's default)
-        cannot be had from it (they came out different on the test checkpoints)."""
-        if backend == "ct2" and self.expand_queries and not self.attend_expansions:
+    def check_backend(self, backend) -> None:
+        """A backend that takes sequence lengths, not a mask (CTranslate2's encoder: ``masks_attention`` off)
+        treats positions past a row's length as padding, so the vectors of [MASK] expansions that are kept but
+        not attended (ColBERT's and PyLate's default) cannot be had from it (they came out different on the
+        test checkpoints)."""
+        if not backend.masks_attention and self.expand_queries and not self.attend_expansions:
             from core.errors import Unsupported
 
             raise Unsupported(

@@ -96,14 +96,14 @@ def test_configured_models_are_onnx_only(lambda_module, minilm_dir):
     from core.errors import InvalidInput
 
     # the embedded default too runs one session, though the fixture's 3008 MB gives 2 threads
-    assert [s.workers for s in lambda_module.settings.models] == [1]
+    assert [s.onnx.workers for s in lambda_module.settings.models] == [1]
     assert [e.backend.lanes for e in lambda_module.registry.engines.values()] == [1]
 
     settings = lambda_module.lambda_settings({"TESSERA_MODELS": json.dumps(
         [{"path": str(minilm_dir), "name": "m"}, {"path": str(minilm_dir), "name": "w", "workers": 2}])})
     assert [s.backend for s in settings.models] == ["onnx", "onnx"]
     # one session per model unless asked (cold start and memory); an explicit workers is kept
-    assert [s.workers for s in settings.models] == [1, 2]
+    assert [s.onnx.workers for s in settings.models] == [1, 2]
     with pytest.raises(InvalidInput, match="ONNX only"):
         lambda_module.lambda_settings({"TESSERA_MODELS": json.dumps([{"path": str(minilm_dir), "backend": "torch"}])})
 

@@ -50,18 +50,18 @@ def test_auto_on_cpu_exports_checks_and_caches(exported):
     folder, cache, first = exported
     assert first.backend == "onnx" and not first.fell_back
     assert "exported now" in first.reason and "worst cosine" in first.reason
-    assert first.onnx_file is not None and first.onnx_file.is_relative_to(cache)
-    entry = json.loads((first.onnx_file.parent / "entry.json").read_text())
+    assert first.artifact is not None and first.artifact.is_relative_to(cache)
+    entry = json.loads((first.artifact.parent / "entry.json").read_text())
     assert entry["min_cosine"]["last_hidden_state"] >= 0.9999
     assert set(entry["versions"]) == {"torch", "transformers", "onnx", "onnxruntime"}
     assert entry["files"]["model.safetensors"] and entry["head"] == "encoder"
     again = choose(ModelSpec(path=folder), head="encoder", cache_dir=cache)
-    assert again.backend == "onnx" and again.onnx_file == first.onnx_file and "from the export cache" in again.reason
+    assert again.backend == "onnx" and again.artifact == first.artifact and "from the export cache" in again.reason
     assert not (folder / "onnx").exists()  # the model folder is never written to
 
 
 def test_cache_key_follows_contents_versions_and_options(exported, tmp_path, monkeypatch):
-    from core import export_cache
+    from core.convert import export_cache
     from core.convert import onnx_export
 
     folder, cache, _ = exported
@@ -130,7 +130,7 @@ def test_a_failing_export_falls_back_to_torch_with_the_reason(reranker_dir, tmp_
 def test_the_rerank_head_is_exported_with_parity(reranker_dir, tmp_path):
     choice = choose(ModelSpec(path=reranker_dir), head="sequence-classification", cache_dir=tmp_path)
     assert choice.backend == "onnx", choice.reason
-    entry = json.loads((choice.onnx_file.parent / "entry.json").read_text())
+    entry = json.loads((choice.artifact.parent / "entry.json").read_text())
     assert entry["min_cosine"]["logits"] >= 0.9999
 
 
@@ -139,10 +139,10 @@ def test_auto_export_off_explicit_backend_and_other_devices(exported):
     off = choose(ModelSpec(path=folder), head="encoder", cache_dir=cache, auto_export=False)
     assert off.backend == "torch" and "TESSERA_AUTO_EXPORT=false" in off.reason
     explicit = choose(ModelSpec(path=folder, backend="torch"), head="encoder", cache_dir=cache)
-    assert explicit.backend == "torch" and explicit.onnx_file is None and "set in the model spec" in explicit.reason
+    assert explicit.backend == "torch" and explicit.artifact is None and "set in the model spec" in explicit.reason
     # a named dtype on CUDA: torch at that dtype (with none, `auto` measures: tests/backends/test_fastest_precision.py)
     cuda = choose(ModelSpec(path=folder, device="cuda", dtype="float16"), head="encoder", cache_dir=cache)
-    assert cuda.backend == "torch" and cuda.onnx_file is None and cuda.dtype is None
+    assert cuda.backend == "torch" and cuda.artifact is None and cuda.dtype is None
     int8 = choose(ModelSpec(path=folder, dtype="int8"), head="encoder", cache_dir=cache)
     assert int8.backend == "torch" and "export_onnx.py" in int8.reason
 
@@ -232,7 +232,7 @@ def test_auto_on_an_onnx_only_folder_picks_onnx(onnx_only):
 def test_relative_onnx_file_resolves_against_the_model_folder(onnx_only, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a working directory without the file
     spec = ModelSpec(path=onnx_only, backend="onnx", onnx_file="onnx/model.onnx")
-    assert spec.onnx_file == onnx_only / "onnx" / "model.onnx"
+    assert spec.onnx.file == onnx_only / "onnx" / "model.onnx"
     backend = create_backend(spec, choose(spec))
     backend.load(onnx_only, head="encoder", device="cpu", dtype="float32", threads=1)
     assert backend.describe()["file"] == "model.onnx"
@@ -249,7 +249,7 @@ def test_config_file_paths_resolve_against_the_file(onnx_only, tmp_path, monkeyp
     monkeypatch.delenv("TESSERA_CACHE_DIR", raising=False)  # the environment would win over the file
     s = Settings(config=str(conf / "tessera.yaml"))
     assert s.models[0].path == conf / "models" / "minilm"
-    assert s.models[0].onnx_file == conf / "models" / "minilm" / "onnx" / "model.onnx"
+    assert s.models[0].onnx.file == conf / "models" / "minilm" / "onnx" / "model.onnx"
     assert s.cache_dir == conf / "cache"
 
 

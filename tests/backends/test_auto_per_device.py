@@ -11,7 +11,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from core.backends import registry
+from core.backends.ct2 import CT2Backend
 from core.backends.registry import choose
 from core.config import ModelSpec
 from core.errors import InvalidInput
@@ -79,7 +79,7 @@ SERVED = ("torch", "onnx", "torch+onnx", "torch+ct2", "torch+neuron", "all")
 def test_without_ctranslate2_the_torch_weights_serve(tmp_path, monkeypatch):
     """Where ctranslate2 is not installed, a folder with torch weights beside ct2/ is served by torch; one
     with nothing else stays ct2 (its load names the [ct2] extra)."""
-    monkeypatch.setattr(registry, "_has_ctranslate2", lambda: False)
+    monkeypatch.setattr(CT2Backend, "installed", classmethod(lambda cls: False))
     assert [_choice(_folder(tmp_path, "torch+ct2"), d) for d in ("cpu", "cuda")] == ["torch", "torch"]
     assert _choice(_folder(tmp_path, "ct2"), "cuda") == "ct2"
 
@@ -89,8 +89,8 @@ def test_each_sagemaker_image_runs_what_auto_picks_on_its_device(tmp_path, docke
     device, requirements = IMAGES[dockerfile]
     assert f"TESSERA_DEVICE={device}" in (ROOT / "adapters/sagemaker" / dockerfile).read_text()
     pins = _pins(requirements)
-    # choose() asks whether ctranslate2 is installed: answer as the image would
-    monkeypatch.setattr(registry, "_has_ctranslate2", lambda: "ctranslate2" in pins)
+    # choose() asks the ct2 backend whether ctranslate2 is installed: answer as the image would
+    monkeypatch.setattr(CT2Backend, "installed", classmethod(lambda cls: "ctranslate2" in pins))
     for layout in SERVED:
         backend = _choice(_folder(tmp_path, layout), device)
         if backend == REFUSED:

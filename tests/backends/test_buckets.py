@@ -154,9 +154,9 @@ def static_backend(minilm_static_buckets_dir):
 @pytest.fixture
 def static_engine(minilm_static_buckets_dir, monkeypatch):
     """The real Engine.load with the static ONNX buckets registered as a backend (in the Neuron's place)."""
-    from core.backends import registry
+    from core.backends import catalog
 
-    monkeypatch.setitem(registry.BACKENDS, "static-onnx", ("tests.support.static_onnx", "StaticOnnxBackend", "dev"))
+    monkeypatch.setitem(catalog.BACKENDS, "static-onnx", "tests.support.static_onnx:StaticOnnxBackend")
     return Engine.load(ModelSpec(path=minilm_static_buckets_dir, backend="static-onnx"), SETTINGS)
 
 
@@ -236,13 +236,13 @@ def test_engine_refuses_over_long_input_when_truncate_is_false(static_engine, se
 
 def test_buckets_longer_than_the_model_limit_do_not_raise_it(minilm_dir, tmp_path, monkeypatch):
     """The largest bucket caps the model's max length; it never lengthens it (MiniLM: 256 < 300)."""
-    from core.backends import registry
+    from core.backends import catalog
     from core.convert.neuron import compile_buckets
     from tests.support.static_onnx import export_static
 
     compile_buckets(minilm_dir, tmp_path, batch_sizes=[1], sequence_lengths=[300], compile_bucket=export_static,
                     runtime="onnx-static", dtype="float32")
-    monkeypatch.setitem(registry.BACKENDS, "static-onnx", ("tests.support.static_onnx", "StaticOnnxBackend", "dev"))
+    monkeypatch.setitem(catalog.BACKENDS, "static-onnx", "tests.support.static_onnx:StaticOnnxBackend")
     engine = Engine.load(ModelSpec(path=tmp_path, backend="static-onnx"), SETTINGS)
     assert engine.backend.max_sequence_length == 300
     assert engine.task.info.max_length == 256

@@ -71,7 +71,7 @@ def test_int8_keeps_the_same_feed_forward_layers_fp32_in_torch_and_onnx(minilm_o
 
 
 def test_new_spec_fields_validate():
-    assert ModelSpec(path=".", compile=True, providers=["CPUExecutionProvider"]).compile is True
+    assert ModelSpec(path=".", compile=True, providers=["CPUExecutionProvider"]).torch.compile is True
     with pytest.raises(ValueError):
         ModelSpec(path=".", providers="CPUExecutionProvider")
 

@@ -69,7 +69,7 @@ def test_first_start_log_one_format_served_name_no_progress_bars_one_line_per_re
     lines = text.splitlines()
     assert lines and all(LINE.match(line) for line in lines), [l for l in lines if not LINE.match(l)][:5]
     assert "\r" not in text and "it/s" not in text and "{'" not in text
-    exports = [line for line in lines if "core.export_cache" in line]
+    exports = [line for line in lines if "core.convert.export_cache" in line]
     assert exports and all("all-MiniLM-L6-v2: " in line for line in exports), exports
     assert not re.search(r"\bmodel: ", text)  # the packaged folder's name is never the served name
     assert sum(request_id in line for line in lines) == 1

@@ -36,7 +36,7 @@ SOURCES = [Path(family_models.__file__), Path(text_models.__file__)]
 MIN_COSINE, MAX_ABS = 0.99999, 1e-5
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 EXPORT_SOURCES = [ROOT / "scripts" / "export_onnx.py", *(ROOT / "core" / p for p in (
-    "convert/onnx_export.py", "convert/files.py", "backends/heads.py", "export_cache.py"))]
+    "convert/onnx_export.py", "convert/files.py", "backends/heads.py", "convert/export_cache.py"))]
 
 
 def _script(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:

@@ -115,7 +115,7 @@ def engines(request):
 
 
 def test_every_installed_backend_has_a_column():
-    from core.backends.registry import BACKENDS
+    from core.backends.catalog import BACKENDS
 
     assert set(COLUMNS) == set(BACKENDS)
     assert {c.values[0] for c in CELLS} == set(BACKENDS)

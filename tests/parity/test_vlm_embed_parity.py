@@ -179,7 +179,7 @@ def test_input_images_follow_the_layouts_convention(family, engine, reference):
 
 
 def _chat_request(names):
-    from core.api.serving.inputs import chat_messages
+    from core.serving.inputs import chat_messages
     from core.media import MediaFetcher
 
     settings = Settings()

@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-from core.config import ModelSpec, Settings
+from core.config import BACKEND_OPTIONS, ModelSpec, Settings
 from tests.support.server import ROOT
 
 
@@ -18,27 +18,36 @@ def test_configuration_docs_match_the_code():
     for name in Settings.model_fields:
         assert f"| `{name}` | `TESSERA_{name.upper()}` |" in text, name
     for name in ModelSpec.model_fields:
-        assert f"| `{name}` |" in text, name
+        if name not in BACKEND_OPTIONS:
+            assert f"| `{name}` |" in text, name
+    for backend, model in BACKEND_OPTIONS.items():
+        for name in model.model_fields:
+            assert f"| `{backend}.{name}` |" in text, (backend, name)
 
 
-def test_backend_only_fields_are_grouped_in_the_class_and_the_docs():
-    from core.backends.registry import BACKENDS
-    from core.config import spec_field_backend
+def test_backend_options_are_nested_and_documented_per_backend():
+    """Each backend's own options are its declaration, nested under its name in the spec and in a section of
+    the docs of their own, each with the flat key older specs used."""
+    from core.backends.catalog import names
 
-    groups = [spec_field_backend(name) for name in ModelSpec.model_fields]
-    assert spec_field_backend("path") is None and spec_field_backend("dtype") is None
-    assert {n for n in ModelSpec.model_fields if spec_field_backend(n) == "onnx"} == {
-        "onnx_file", "workers", "ort_spin", "ort_optimized", "providers"}
-    assert spec_field_backend("compile") == "torch"
-    assert set(groups) - {None} <= set(BACKENDS)
-    # declared in sections: the shared fields first, then each backend's own, one block per backend
-    runs = [g for i, g in enumerate(groups) if i == 0 or groups[i - 1] != g]
-    assert runs[0] is None and len(runs) == len(set(runs)), runs
+    assert set(BACKEND_OPTIONS) <= set(names())
+    assert set(BACKEND_OPTIONS["onnx"].model_fields) == {"file", "workers", "spin", "optimized", "providers"}
+    assert BACKEND_OPTIONS["onnx"].flat == {"onnx_file": "file", "workers": "workers", "ort_spin": "spin",
+                                            "ort_optimized": "optimized", "providers": "providers"}
+    assert BACKEND_OPTIONS["torch"].flat == {"compile": "compile"}
     text = (ROOT / "docs" / "configuration.md").read_text()
     spec = text[text.index("<!-- generated:spec -->"):text.index("<!-- end:spec -->")]
     sections = re.split(r"^### ", spec, flags=re.M)[1:]
     for name in ModelSpec.model_fields:
-        backend = spec_field_backend(name)
-        heading = "Every backend" if backend is None else f"`backend: {backend}` only"
+        if name in BACKEND_OPTIONS:
+            assert not any(f"| `{name}` |" in s for s in sections), name
+            continue
         (section,) = [s for s in sections if f"| `{name}` |" in s]
-        assert section.startswith(heading + "\n"), (name, section[:40])
+        assert section.startswith("Every backend\n"), (name, section[:40])
+    for backend, model in BACKEND_OPTIONS.items():
+        for name in model.model_fields:
+            (section,) = [s for s in sections if f"| `{backend}.{name}` |" in s]
+            assert section.startswith(f"`backend: {backend}` only\n"), (backend, name, section[:40])
+            flat = [key for key, field in model.flat.items() if field == name]
+            if flat:
+                assert f"| `{backend}.{name}` | `{flat[0]}` |" in section

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub.utils import filter_repo_objects
 
+from core.backends.onnx import OnnxOptions
 from core.errors import ModelUnavailable
 from core.hub import _patterns, hub_id_of, select_files
 
@@ -65,7 +66,8 @@ def test_onnx_takes_the_graph_for_the_dtype_and_its_external_data(dtype, graph):
 
 
 def test_onnx_file_names_a_graph_inside_the_repository():
-    got = select_files(REPO + ["custom/graph.onnx"], backend="onnx", onnx_file=Path("custom/graph.onnx"))
+    options = {"onnx": OnnxOptions(file=Path("custom/graph.onnx"))}
+    got = select_files(REPO + ["custom/graph.onnx"], backend="onnx", options=options)
     assert "custom/graph.onnx" in got and "onnx/model.onnx" not in got
 
 
@@ -109,13 +111,11 @@ def test_hub_ids(value, expected, tmp_path, monkeypatch):
     assert hub_id_of(value) == expected
 
 
-def test_the_backend_names_a_spec_may_name_are_the_registry_s():
-    """The Hub's file selection and the registry agree on the backends (one list, in core.loading)."""
-    from core.backends.registry import BACKENDS
-    from core.loading import BACKEND_NAMES
-    from core.hub import BACKEND_CHOICES
+def test_the_backend_names_a_spec_may_name_are_the_catalog_s():
+    """The Hub's file selection takes the backends of the one list (core.backends.catalog), and no other."""
+    from core.backends.catalog import names
 
-    assert tuple(BACKENDS) == BACKEND_NAMES
-    assert BACKEND_CHOICES == ("auto", *BACKEND_NAMES)
+    for name in names():
+        select_files(REPO + ["ct2/model.bin", "neuron/manifest.json"], backend=name)  # each one known
     with pytest.raises(ModelUnavailable, match="unknown backend 'tensorrt'"):
         select_files(["config.json", "model.safetensors"], backend="tensorrt")

@@ -1,11 +1,20 @@
 """The import graph of ``core``: no module imports itself back through others, a few layers never
-import the ones above them, and the library tier imports no HTTP module. Read from the source with ``ast`` (every ``import``, module-level and inside
-functions; imports under ``if TYPE_CHECKING:`` are left out, they never run)."""
+import the ones above them, and the library tier imports no HTTP module. Read from the source with ``ast``
+(every ``import``, module-level and inside functions, and the modules named by strings in a module that calls
+``importlib.import_module``, such as ``core/backends/catalog.py``'s ``"core.backends.onnx:OnnxBackend"``;
+imports under ``if TYPE_CHECKING:`` are left out, they never run). Also: every backend of the catalog
+declares its name, extra and files."""
 
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
+
+import pytest
 
 from tests.support.server import ROOT
 
@@ -13,11 +22,17 @@ CORE = ROOT / "core"
 
 #: (importer, imported): modules under the first never import modules under the second
 FORBIDDEN = (
-    ("core.backends", "core.convert"),  # serving code does not depend on the converters
-    ("core.config", "core.backends"),
-    ("core.hub", "core.backends"),
+    ("core.config", "core.backends.registry"),  # the spec reads the backends' declarations, never the chooser
+    ("core.hub", "core.backends.registry"),
+    ("core.backends.catalog", "core.config"),
     ("core.loading", "core.backends"),
 )
+#: the same, for module-level imports only (a function may reach them lazily)
+FORBIDDEN_AT_MODULE_LEVEL = (
+    ("core.backends", "core.convert"),  # serving code does not load the converters
+)
+#: a string naming a core module (``core.x.y``, or ``core.x.y:Attr`` as the backend catalog writes it)
+_MODULE_STRING = re.compile(r"(core(?:\.\w+)+)(?::\w+)?")
 
 #: the HTTP tier: the API and the entry points that start its server. Every other module of ``core`` is the
 #: library tier (serving, engine, tasks, backends, bulk, cache, the in-process API ...), usable without HTTP
@@ -55,12 +70,26 @@ def _resolve(importer: str, node: ast.ImportFrom, is_package: bool) -> str | Non
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def all_imports_of(path: Path, modules: set[str] = frozenset(), root: Path = ROOT) -> set[str]:
+def _calls_import_module(tree: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) and ast.unparse(n.func).split(".")[-1] == "import_module"
+               for n in ast.walk(tree))
+
+
+def all_imports_of(path: Path, modules: set[str] = frozenset(), root: Path = ROOT, *,
+                   module_level: bool = False) -> set[str]:
     """Every module the file at ``path`` imports, of any package (``from pkg import sub`` counts as
-    ``pkg.sub`` when ``sub`` is one of ``modules``, else as ``pkg``)."""
+    ``pkg.sub`` when ``sub`` is one of ``modules``, else as ``pkg``); in a file that calls
+    ``importlib.import_module``, every string naming a core module counts too. ``module_level``: only the
+    ``import`` statements that run when the module is imported (not inside functions; strings left out: they
+    are imported when a function asks)."""
     name = module_name(path, root)
     tree = ast.parse(path.read_text(), filename=str(path))
     skipped = _type_checking_only(tree)
+    if module_level:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                skipped.update(id(n) for n in ast.walk(node))
+    by_string = not module_level and _calls_import_module(tree)
     found: set[str] = set()
     for node in ast.walk(tree):
         if id(node) in skipped:
@@ -74,12 +103,16 @@ def all_imports_of(path: Path, modules: set[str] = frozenset(), root: Path = ROO
             for alias in node.names:
                 sub = f"{target}.{alias.name}"
                 found.add(sub if sub in modules else target)
+        elif by_string and isinstance(node, ast.Constant) and isinstance(node.value, str):
+            match = _MODULE_STRING.fullmatch(node.value)
+            if match:
+                found.add(match.group(1))
     return found - {name}
 
 
-def imports_of(path: Path, modules: set[str], root: Path = ROOT) -> set[str]:
-    """The modules of ``modules`` the file at ``path`` imports."""
-    return {m for m in all_imports_of(path, modules, root) if m in modules}
+def imports_of(path: Path, modules: set[str], root: Path = ROOT, *, module_level: bool = False) -> set[str]:
+    """The modules of ``modules`` the file at ``path`` imports (see ``all_imports_of``)."""
+    return {m for m in all_imports_of(path, modules, root, module_level=module_level) if m in modules}
 
 
 def http_imports(package: Path = CORE) -> list[str]:
@@ -90,12 +123,12 @@ def http_imports(package: Path = CORE) -> list[str]:
             for imported in sorted(all_imports_of(path, set(files), root)) if _within(imported, HTTP_MODULES)]
 
 
-def import_graph(package: Path = CORE) -> dict[str, set[str]]:
-    """Module → the modules of the same package it imports."""
+def import_graph(package: Path = CORE, *, module_level: bool = False) -> dict[str, set[str]]:
+    """Module → the modules of the same package it imports (``module_level``: see ``imports_of``)."""
     root = package.parent
     files = {module_name(p, root): p for p in sorted(package.rglob("*.py"))}
     modules = set(files)
-    return {name: imports_of(path, modules, root) for name, path in files.items()}
+    return {name: imports_of(path, modules, root, module_level=module_level) for name, path in files.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -142,8 +175,14 @@ def test_the_graph_is_read_from_the_source():
     graph = import_graph()
     assert "core.engine" in graph and "core.convert.onnx_export" in graph
     assert "core.backends.registry" in graph["core.engine"]  # module level: from core.backends.registry import …
-    assert "core.export_cache" in graph["core.backends.registry"]  # inside choose()
+    assert "core.convert.export_cache" in graph["core.backends.registry"]  # inside choose()
     assert "core.config" not in graph["core.hub"]  # only under TYPE_CHECKING
+    # the catalog names its backends as strings for importlib.import_module: those count
+    assert {"core.backends.torch", "core.backends.onnx", "core.backends.ct2", "core.backends.neuron"} <= graph[
+        "core.backends.catalog"]
+    at_import = import_graph(module_level=True)
+    assert "core.convert.export_cache" not in at_import["core.backends.registry"]
+    assert "core.backends.catalog" in at_import["core.config"]
 
 
 def test_cycles_are_found():
@@ -165,6 +204,21 @@ def test_relative_and_local_imports_count(tmp_path):
     assert graph == {"core": set(), "core.c": {"core.pkg.b"}, "core.pkg": {"core.pkg.a"},
                      "core.pkg.a": {"core.pkg.b"}, "core.pkg.b": {"core.pkg.a"}}
     assert cycles(graph) == [["core.pkg.a", "core.pkg.b"]]
+
+
+def test_importlib_strings_count_and_their_cycles_are_found(tmp_path):
+    pkg = tmp_path / "core"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "names.py").write_text('import importlib\nPLUGINS = {"a": "core.plugin:Plugin"}\n'
+                                  'def load(n):\n    return importlib.import_module(PLUGINS[n].split(":")[0])\n'
+                                  'NOT_A_MODULE = "core.nothing"\n')
+    (pkg / "plugin.py").write_text("def f():\n    from core import names\n")
+    (pkg / "plain.py").write_text('TEXT = "core.plugin"\n')  # no import_module here: a plain string
+    graph = import_graph(pkg)
+    assert graph["core.names"] == {"core.plugin"} and graph["core.plain"] == set()
+    assert cycles(graph) == [["core.names", "core.plugin"]]
+    assert import_graph(pkg, module_level=True)["core.names"] == set()
 
 
 def test_core_has_no_import_cycles():
@@ -202,3 +256,49 @@ def test_an_http_import_of_the_library_tier_is_found(tmp_path):
     (core / "serving" / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import fastapi\n")
     (core / "api" / "routes.py").write_text("import fastapi\nfrom core.serving import a\n")
     assert http_imports(core) == ["core.serving.a imports starlette.requests", "core.serving.b imports core.api.routes"]
+
+
+def test_lower_layers_never_import_upper_ones_at_module_level():
+    graph = import_graph(module_level=True)
+    bad = [f"{importer} imports {imported} at module level" for importer, targets in sorted(graph.items())
+           for imported in sorted(targets)
+           for low, high in FORBIDDEN_AT_MODULE_LEVEL
+           if (importer == low or importer.startswith(low + ".")) and (imported == high or imported.startswith(high + "."))]
+    assert not bad, bad
+
+
+def _catalog() -> dict[str, str]:
+    from core.backends.catalog import BACKENDS
+
+    return dict(BACKENDS)
+
+
+@pytest.mark.parametrize("name", list(_catalog()))
+def test_each_backend_declares_its_name_extra_and_files(name):
+    """Each backend of the one list declares what the registry, the Hub download and ``auto`` ask of it, and
+    imports neither the registry that loads it nor the spec (which reads its options)."""
+    from core.backends.base import Backend
+    from core.backends.catalog import backend_class
+
+    cls = backend_class(name)
+    assert cls.name == name
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert cls.extra in extras, f"{name}: extra {cls.extra!r} is not an extra of pyproject.toml"
+    assert cls.files.__func__ is not Backend.files.__func__, f"{name}: declares no files"
+    assert cls.files([], dtype="float32", options=None) == []  # an empty folder has nothing it runs
+    assert cls.Options is None or set(cls.Options.flat.values()) <= set(cls.Options.model_fields)
+    module = _catalog()[name].partition(":")[0]
+    reached = import_graph()[module]
+    assert not reached & {"core.backends.registry", "core.config", "core.engine", "core.hub"}, reached
+
+
+def test_reading_the_declarations_imports_no_runtime():
+    """``core.config`` builds the spec from every backend's options: that imports each backend module, and
+    none of their runtimes (a process serving ONNX never imports torch)."""
+    code = ("import sys, core.config, core.hub, core.backends.catalog as c\n"
+            "[c.backend_class(n) for n in c.names()]\n"
+            "print(sorted(m for m in ('torch', 'onnxruntime', 'ctranslate2', 'optimum', 'transformers') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
