@@ -99,9 +99,10 @@ def imports_of(path: Path, modules: set[str], root: Path) -> set[str]:
             if target is not None:
                 found.update(f"{target}.{alias.name}" for alias in node.names)  # a module, or a name in one
     if _calls_import_module(tree, skipped):
-        found.update(node.value for node in ast.walk(tree) if id(node) not in skipped
-                     and isinstance(node, ast.Constant) and isinstance(node.value, str)
-                     and "." in node.value and node.value in modules)  # "core.x", not a folder named "core"
+        # "core.x" or "core.x:Name" (as the backend catalog writes its entries), not a folder named "core"
+        strings = (node.value.partition(":")[0] for node in ast.walk(tree) if id(node) not in skipped
+                   and isinstance(node, ast.Constant) and isinstance(node.value, str))
+        found.update(value for value in strings if "." in value and value in modules)
     resolved = {_known(m, modules) for m in found}
     return {m for m in resolved if m is not None and m != name}
 

@@ -24,7 +24,7 @@ from fastapi.testclient import TestClient
 from core.api.app import create_app
 from core.config import ModelSpec, Settings
 from core.engine import Engine
-from core.inprocess import AsyncEngine
+from core.inprocess import AsyncModels
 from core.tasks.embed import EmbedRequest
 from tests.support import vlm_models
 from tests.support.engines import run_concurrently
@@ -247,7 +247,7 @@ def test_messages_over_http_and_in_process(family, reference):
         assert card["modalities"] == ["text", "image"] and card["task"] == "vlm_embed"
 
     async def in_process():
-        async with AsyncEngine(Settings(models=[spec], threads=2)) as api:
+        async with AsyncModels(Settings(models=[spec], threads=2)) as api:
             chats = await api.embed_messages([c[0] for c in conversations.values() if c[1]], add_generation_prompt=True)
             texts = await api.embed(["a tiny red boat"], prompt=QUERY_INSTRUCTION)
             return chats, texts

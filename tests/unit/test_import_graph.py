@@ -28,8 +28,8 @@ def test_the_graph_of_the_real_tree():
     assert "core/backends" in graph["core: engine"]  # core.engine: from core.backends.registry import …
     assert "core/tasks" in graph["core: engine"]
     modules = graph_script.module_graph()
-    # the registry imports its backends only through importlib.import_module, by the names in its table
-    assert {"core.backends.torch", "core.backends.onnx"} <= modules["core.backends.registry"]
+    # the catalog imports its backends only through importlib.import_module, by the names in its table
+    assert {"core.backends.torch", "core.backends.onnx"} <= modules["core.backends.catalog"]
     assert "core.tasks.embed" in modules["core.tasks"]  # likewise the task table
 
 
