@@ -95,6 +95,24 @@ def test_npy_round_trip(sagemaker_server):
     assert error.status_code == 400 and error.json()["error"]["code"] == "invalid_input"
 
 
+@pytest.mark.parametrize("extra", [{}, {"dimensions": 128}, {"embedding_type": "int8"}, {"normalize": False}],
+                         ids=["plain", "dimensions", "int8", "unnormalized"])
+def test_npy_holds_exactly_the_vectors_of_the_base64_answer(sagemaker_server, extra):
+    """x-npy is written from the route's arrays, not from its JSON: byte for byte the .npy of the float32 values
+    that the JSON answer's base64 carries (what /invocations wrote when it decoded that answer)."""
+    import base64
+
+    body = {"input": [*THREE, "naïve café 東京"], **extra}
+    as_npy = _invoke(sagemaker_server, body, attributes="route=embeddings", accept="application/x-npy")
+    as_b64 = _invoke(sagemaker_server, {**body, "encoding_format": "base64"}, attributes="route=embeddings").json()
+    assert as_npy.status_code == 200
+    expected = io.BytesIO()
+    np.save(expected, np.stack([np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in as_b64["data"]]),
+            allow_pickle=False)
+    assert as_npy.content == expected.getvalue()
+    assert as_npy.headers["x-tessera-prompt-tokens"] == str(as_b64["usage"]["prompt_tokens"])
+
+
 def test_unsupported_media_types(sagemaker_server):
     not_acceptable = _invoke(sagemaker_server, {"input": "x"}, accept="text/csv")
     assert not_acceptable.status_code == 406 and not_acceptable.json()["error"]["code"] == "not_acceptable"
@@ -301,12 +319,12 @@ def test_entrypoint_starts_serve_and_ping_while_loading(sagemaker_model_dir, tmp
 
 
 def test_response_size_guard_defaults_to_sagemakers_limit():
-    from adapters.sagemaker.invocations import SAGEMAKER_MAX_RESPONSE_BYTES, build_router
+    from adapters.sagemaker.invocations import SAGEMAKER_MAX_RESPONSE_BYTES, create_sagemaker_app
+    from core.config import Settings
 
     assert SAGEMAKER_MAX_RESPONSE_BYTES == 6 * 1024 * 1024
-    import inspect
-
-    assert inspect.signature(build_router).parameters["max_response_bytes"].default == SAGEMAKER_MAX_RESPONSE_BYTES
+    assert create_sagemaker_app(Settings()).state.response_limit.max_bytes == SAGEMAKER_MAX_RESPONSE_BYTES
+    assert create_sagemaker_app(Settings(), max_response_bytes=0).state.response_limit is None  # Batch Transform
 
 
 def test_json_lines_overloaded_records_are_retried_not_failed():
@@ -458,3 +476,45 @@ def test_request_deadline_lands_before_invoke_endpoints_timeout():
         "sagemaker").shape_for("ModelClientConfig").members["InvocationsTimeoutInSeconds"].documentation)
     assert batch.request_timeout_s <= float(default.group(1)) - 5 and batch.request_timeout_s > limit
     assert batch.sagemaker_max_response_bytes == 0
+
+
+def test_npy_takes_the_routes_arrays_and_a_json_answer_that_cannot_fit_is_refused_first(
+        minilm_dir, packaged_int8_onnx, monkeypatch):
+    """In-process: an x-npy answer never goes through the route's JSON encoder (the route hands its arrays over
+    through core.api.asgi_call), and with the app's response limit an embeddings request whose JSON answer
+    cannot fit is refused before the model sees it."""
+    from starlette.testclient import TestClient
+
+    from adapters.sagemaker import create_sagemaker_app
+    from core.api.routes import embeddings as embeddings_route
+    from core.config import Settings
+    from core.engine import Engine
+
+    computed = []
+    original = Engine.__call__
+
+    async def counted(self, request, **kwargs):
+        computed.append(len(request.texts or ()))
+        return await original(self, request, **kwargs)
+
+    settings = Settings(models=[int8_spec(minilm_dir, packaged_int8_onnx)])
+    with TestClient(create_sagemaker_app(settings, max_response_bytes=20_000)) as client:
+        monkeypatch.setattr(Engine, "__call__", counted)
+
+        def no_json(*args, **kwargs):
+            raise AssertionError("the JSON encoder ran for an x-npy answer")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(embeddings_route, "openai_embeddings", no_json)
+            npy = client.post("/invocations", json={"input": THREE}, headers={"Accept": "application/x-npy"})
+        assert npy.status_code == 200 and np.load(io.BytesIO(npy.content)).shape == (3, 384)
+        # 12 float vectors as JSON: at least 12 × (11 × 384 + 45) bytes, over 20,000: refused, not computed
+        computed.clear()
+        big = client.post("/invocations", json={"input": THREE * 4})
+        assert big.status_code == 413 and computed == []
+        error = big.json()["error"]
+        assert error["code"] == "response_too_large" and "at least" in error["message"]
+        assert "application/x-npy" in error["message"]
+        # as x-npy the same 12 vectors fit (18 kB): computed and answered
+        fits = client.post("/invocations", json={"input": THREE * 4}, headers={"Accept": "application/x-npy"})
+        assert fits.status_code == 200 and computed == [12]

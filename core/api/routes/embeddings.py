@@ -8,8 +8,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from core.api import protocol
-from core.api.encode import dumps, openai_embeddings
-from core.api.http import JSONBytes, deadline_for, serving_of, until_disconnect
+from core.api.encode import openai_embeddings
+from core.api.http import answer, deadline_for, serving_of, until_disconnect
+from core.api.response_limit import refuse_unfit_embeddings
 from core.api.serving import embeddings
 
 router = APIRouter()
@@ -24,6 +25,7 @@ router = APIRouter()
 @router.post("/embeddings", include_in_schema=False)
 async def create_embeddings(body: protocol.EmbeddingRequest, request: Request) -> Response:
     serving = serving_of(request)
+    refuse_unfit_embeddings(request, body, serving.settings.max_items_per_request)
     work = embeddings.embed(
         serving, body.model, body.input, deadline=deadline_for(request, serving), embedding_type=body.embedding_type,
         modality=body.modality, truncate=body.truncate, normalize=body.normalize, dimensions=body.dimensions,
@@ -31,7 +33,7 @@ async def create_embeddings(body: protocol.EmbeddingRequest, request: Request) -
         chunking=body.chunking, late_chunking=body.late_chunking, task=body.task,
     )
     served = await until_disconnect(request, work)
-    return JSONBytes(dumps(openai_embeddings(served, body.encoding_format)))
+    return answer(request, served, lambda: openai_embeddings(served, body.encoding_format))
 
 
 @router.post("/embeddings_image", response_model=protocol.EmbeddingResponse, responses=protocol.ERROR_RESPONSES,
