@@ -35,13 +35,15 @@ def _model_spec():
             "onnx_file": str(onnx_file)}
 
 
-async def _timed(send, repeat: int) -> list[float]:
-    out = []
+async def _timed(send, repeat: int) -> tuple[list[float], list[float]]:
+    """(wall ms, this process's CPU ms) per request."""
+    wall, cpu = [], []
     for _ in range(repeat):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         await send()
-        out.append((time.perf_counter() - started) * 1000)
-    return out
+        wall.append((time.perf_counter() - started) * 1000)
+        cpu.append((time.process_time() - started_cpu) * 1000)
+    return wall, cpu
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -78,10 +80,12 @@ async def main(args: argparse.Namespace) -> None:
                 await _timed(sender(*case), 3)
             print(f"inputs per request {args.inputs}, JSON Lines records {args.records}, "
                   f"{'embedding cache warm (model work out)' if args.cached else 'no cache (model work in)'}, "
-                  f"{args.repeat} requests each, ms per request:")
+                  f"{args.repeat} requests each, ms per request (CPU: this process's CPU time, steadier than wall "
+                  "time on a busy machine):")
             for name, case in cases.items():
-                times = await _timed(sender(*case), args.repeat)
-                print(f"  {name:7s} median {statistics.median(times):8.2f}  min {min(times):8.2f}")
+                wall, cpu = await _timed(sender(*case), args.repeat)
+                print(f"  {name:7s} wall median {statistics.median(wall):8.2f} min {min(wall):8.2f}  "
+                      f"CPU median {statistics.median(cpu):8.2f}")
 
 
 if __name__ == "__main__":

@@ -5,10 +5,11 @@ carries) both send theirs with :func:`call`.
 - The body is delivered in one message; afterwards the caller's client counts as connected until the
   answer is complete or ``disconnected`` is set (the real client of the request that carries this one
   has gone), whichever comes first: a route's disconnect watcher sees what the caller's would.
-- ``typed_result=True``: the route hands its typed result (a ``Served``) to the caller instead of
-  encoding it (:func:`typed_result_slot`, for a route that has such a result; ``Answer.result``), so an
-  adapter that answers in another format (SageMaker's ``application/x-npy``) takes the arrays as they
-  are, with no JSON or base64 in between.
+- The scope carries an :class:`InProcess` (:func:`in_process`): the caller takes the answer, and applies a
+  platform's limits to what it finally sends itself (the app's early response-size check leaves it alone).
+- ``typed_result=True``: a route that has a typed result (a ``Served``) hands it to the caller instead of
+  encoding it (``core.api.http.answer``; ``Answer.result``), so an adapter that answers in another format
+  (SageMaker's ``application/x-npy``) takes the arrays as they are, with no JSON or base64 in between.
 """
 
 from __future__ import annotations
@@ -19,15 +20,16 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Scope
 
-#: in a scope's ``extensions``: the :class:`ResultSlot` a route fills instead of encoding its answer
-TYPED_RESULT = "tessera.typed_result"
+#: in a scope's ``extensions``: the :class:`InProcess` of a request sent with :func:`call`
+IN_PROCESS = "tessera.in_process"
 #: what an inner request does not inherit from the scope of the request that carries it (the router's findings)
 _ROUTED = ("route", "endpoint", "path_params")
 
 
 @dataclass
-class ResultSlot:
-    value: Any = None
+class InProcess:
+    typed_result: bool = False  # the caller asks for the route's typed result, unencoded
+    result: Any = None  # where the route puts it
 
 
 @dataclass
@@ -41,9 +43,10 @@ class Answer:
         return next((v for k, v in self.headers if k.lower() == name), None)
 
 
-def typed_result_slot(scope: Scope) -> ResultSlot | None:
-    """The slot of a caller that asked for the route's typed result (None: encode the answer as usual)."""
-    return scope.get("extensions", {}).get(TYPED_RESULT)
+def in_process(scope: Scope) -> InProcess | None:
+    """The in-process caller of this request (None: a client of the server)."""
+    extensions = scope.get("extensions")
+    return extensions.get(IN_PROCESS) if extensions else None
 
 
 def new_scope(method: str, path: str, headers=(), *, extensions: dict | None = None) -> Scope:
@@ -59,8 +62,7 @@ def new_scope(method: str, path: str, headers=(), *, extensions: dict | None = N
 def inner_scope(outer: Scope, method: str, path: str) -> Scope:
     """The scope of a request carried by ``outer`` (its client, headers, state and request id), at ``path``."""
     scope = {k: v for k, v in outer.items() if k not in _ROUTED}
-    scope.update(method=method, path=path, raw_path=path.encode(), query_string=b"",
-                 extensions=dict(outer.get("extensions") or {}))
+    scope.update(method=method, path=path, raw_path=path.encode(), query_string=b"")
     return scope
 
 
@@ -75,12 +77,17 @@ async def call(app: ASGIApp, scope: Scope, body: bytes = b"", *, content_type: b
         headers.append((b"content-type", content_type))
     if body or content_type is not None:
         headers.append((b"content-length", str(len(body)).encode()))
-    slot = ResultSlot() if typed_result else None
-    if slot is not None:
-        scope = {**scope, "extensions": {**scope.get("extensions", {}), TYPED_RESULT: slot}}
-    scope = {**scope, "headers": headers}
-    answered = asyncio.get_running_loop().create_future()
-    waits = {answered} if disconnected is None else {answered, disconnected}
+    caller = InProcess(typed_result)
+    scope = {**scope, "headers": headers, "extensions": {**(scope.get("extensions") or {}), IN_PROCESS: caller}}
+    #: done once the answer is complete or the carrying request's client has gone: the client's disconnect
+    gone = asyncio.get_running_loop().create_future()
+
+    def client_gone(_=None) -> None:
+        if not gone.done():
+            gone.set_result(None)
+
+    if disconnected is not None:
+        disconnected.add_done_callback(client_gone)
     delivered = False
     answer = Answer(None)
     chunks: list[bytes] = []
@@ -90,7 +97,7 @@ async def call(app: ASGIApp, scope: Scope, body: bytes = b"", *, content_type: b
         if not delivered:
             delivered = True
             return {"type": "http.request", "body": body, "more_body": False}
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)  # waits on futures: cancels none of them
+        await asyncio.shield(gone)  # a watcher cancelled while it waits leaves ``gone`` as it is
         return {"type": "http.disconnect"}
 
     async def send(message: Message) -> None:
@@ -98,14 +105,15 @@ async def call(app: ASGIApp, scope: Scope, body: bytes = b"", *, content_type: b
             answer.status, answer.headers = message["status"], list(message.get("headers", []))
         elif message["type"] == "http.response.body":
             chunks.append(message.get("body", b""))
-            if not message.get("more_body", False) and not answered.done():
-                answered.set_result(None)
+            if not message.get("more_body", False):
+                client_gone()
 
     try:
         await app(scope, receive, send)
     finally:
-        if not answered.done():
-            answered.set_result(None)
+        client_gone()
+        if disconnected is not None:
+            disconnected.remove_done_callback(client_gone)
         answer.body = b"".join(chunks)
-        answer.result = slot.value if slot is not None else None
+        answer.result = caller.result
     return answer

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.types import Receive
 
 from core.api.admission import json_object
-from core.api.asgi_call import typed_result_slot
+from core.api.asgi_call import in_process
 from core.api.encode import dumps
 from core.api.serving import Served, Serving
 from core.errors import ClientClosed, InvalidInput
@@ -99,8 +99,8 @@ async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
 def answer(request: Request, served: Served, encode: Callable[[], Any]) -> Response:
     """A route's answer: ``encode()`` as JSON; or, to an in-process caller that asked for the typed result
     (``core.api.asgi_call``: SageMaker's ``application/x-npy``), ``served`` itself, unencoded, with an empty 200."""
-    slot = typed_result_slot(request.scope)
-    if slot is None:
+    caller = in_process(request.scope)
+    if caller is None or not caller.typed_result:
         return JSONBytes(dumps(encode()))
-    slot.value = served
+    caller.result = served
     return Response(status_code=200)

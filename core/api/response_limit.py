@@ -6,7 +6,8 @@ shape (``response_too_large``) whose wording (``refusal``) names the platform's 
 
 - before any work, for an embeddings request whose JSON answer cannot fit whatever the model computes
   (inputs × dimension × bytes per value, counted low: ``core.api.encode.least_embeddings_answer_bytes``),
-  from the request the route has already parsed and validated (:func:`refuse_unfit_embeddings`);
+  from the request the route has already parsed and validated (:func:`refuse_unfit_embeddings`: Lambda's
+  requests; SageMaker checks a JSON Lines mini-batch's records together, before any of them runs);
 - after the work, where the adapter measures what it sends (:meth:`ResponseLimit.refusal_for`): the bytes
   of SageMaker's answer, the JSON that Lambda's runtime client writes.
 """
@@ -18,7 +19,7 @@ from typing import Any, Callable
 
 from fastapi import Request
 
-from core.api.asgi_call import typed_result_slot
+from core.api.asgi_call import in_process
 from core.api.encode import least_embeddings_answer_bytes
 from core.errors import TooLarge
 
@@ -43,9 +44,9 @@ def response_limit_of(request: Request) -> ResponseLimit | None:
 def refuse_unfit_embeddings(request: Request, body: Any, max_items: int) -> None:
     """Raise the 413 for an embeddings request (``protocol.EmbeddingRequest``) whose JSON answer cannot fit the
     app's response limit, before any inference. Nothing to check without a limit, or for an in-process caller
-    that takes the vectors unencoded (``core.api.asgi_call``)."""
+    (``core.api.asgi_call``: SageMaker's ``/invocations``), which measures what it finally sends itself."""
     limit, registry = response_limit_of(request), request.app.state.registry
-    if limit is None or registry is None or typed_result_slot(request.scope) is not None:
+    if limit is None or registry is None or in_process(request.scope) is not None:
         return
     asked = {"input": body.input, "model": body.model, "modality": body.modality, "dimensions": body.dimensions,
              "embedding_type": body.embedding_type, "encoding_format": body.encoding_format}

@@ -478,43 +478,38 @@ def test_request_deadline_lands_before_invoke_endpoints_timeout():
     assert batch.sagemaker_max_response_bytes == 0
 
 
-def test_npy_takes_the_routes_arrays_and_a_json_answer_that_cannot_fit_is_refused_first(
-        minilm_dir, packaged_int8_onnx, monkeypatch):
+def test_npy_takes_the_routes_arrays_without_encoding_them(minilm_dir, packaged_int8_onnx, monkeypatch):
     """In-process: an x-npy answer never goes through the route's JSON encoder (the route hands its arrays over
-    through core.api.asgi_call), and with the app's response limit an embeddings request whose JSON answer
-    cannot fit is refused before the model sees it."""
+    through core.api.asgi_call); the response limit applies to what /invocations sends: 12 vectors as JSON
+    are over it (413 after the work), as x-npy (18 kB) they fit."""
     from starlette.testclient import TestClient
 
     from adapters.sagemaker import create_sagemaker_app
     from core.api.routes import embeddings as embeddings_route
     from core.config import Settings
-    from core.engine import Engine
-
-    computed = []
-    original = Engine.__call__
-
-    async def counted(self, request, **kwargs):
-        computed.append(len(request.texts or ()))
-        return await original(self, request, **kwargs)
 
     settings = Settings(models=[int8_spec(minilm_dir, packaged_int8_onnx)])
     with TestClient(create_sagemaker_app(settings, max_response_bytes=20_000)) as client:
-        monkeypatch.setattr(Engine, "__call__", counted)
-
         def no_json(*args, **kwargs):
             raise AssertionError("the JSON encoder ran for an x-npy answer")
 
         with monkeypatch.context() as patched:
             patched.setattr(embeddings_route, "openai_embeddings", no_json)
-            npy = client.post("/invocations", json={"input": THREE}, headers={"Accept": "application/x-npy"})
-        assert npy.status_code == 200 and np.load(io.BytesIO(npy.content)).shape == (3, 384)
-        # 12 float vectors as JSON: at least 12 × (11 × 384 + 45) bytes, over 20,000: refused, not computed
-        computed.clear()
+            npy = client.post("/invocations", json={"input": THREE * 4}, headers={"Accept": "application/x-npy"})
+        assert npy.status_code == 200 and np.load(io.BytesIO(npy.content)).shape == (12, 384)
         big = client.post("/invocations", json={"input": THREE * 4})
-        assert big.status_code == 413 and computed == []
         error = big.json()["error"]
-        assert error["code"] == "response_too_large" and "at least" in error["message"]
+        assert big.status_code == 413 and error["code"] == "response_too_large" and "at least" not in error["message"]
         assert "application/x-npy" in error["message"]
-        # as x-npy the same 12 vectors fit (18 kB): computed and answered
-        fits = client.post("/invocations", json={"input": THREE * 4}, headers={"Accept": "application/x-npy"})
-        assert fits.status_code == 200 and computed == [12]
+
+
+def test_a_records_answer_becomes_one_line():
+    """The app's compact JSON answer is the record's line as it is; an answer spread over lines is re-encoded
+    onto one; a body that is not JSON becomes an error line in the error shape."""
+    from adapters.sagemaker.jsonlines import as_line
+
+    compact = orjson.dumps({"object": "list", "data": [{"embedding": [0.5, -1.25]}]})
+    assert as_line(200, compact) is compact
+    assert as_line(200, b'{\n  "a": [1,\r\n 2]\n}') == b'{"a":[1,2]}'
+    broken = orjson.loads(as_line(502, b"<html>bad gateway</html>"))
+    assert broken["error"]["code"] == "internal_error" and "502" in broken["error"]["message"]
