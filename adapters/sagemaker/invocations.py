@@ -21,8 +21,8 @@ came, unless the custom attributes name a model that the body does not (it is th
   (SageMaker's real-time limit, 6 MB, by default; 0 turns the guard off, as a Batch Transform job may):
   an answer over it is replaced by a 413 in the error shape, which names the ways out (fewer inputs,
   ``application/x-npy``, base64, Batch Transform), instead of the opaque failure SageMaker would hand
-  the caller; an embeddings request (or mini-batch) whose JSON answer cannot fit is refused before any
-  inference.
+  the caller. It counts what ``/invocations`` sends: after the work for one request (its ``.npy`` or
+  JSON), before any record runs for a JSON Lines mini-batch of embeddings whose answer cannot fit.
 - ``/ping`` answers as ``/ready`` does: 200 once every model is loaded and healthy, 503 when not.
 - ``GET /execution-parameters`` (asked by Batch Transform when the job leaves them unset): MultiRecord,
   payload size within the request limit.

@@ -513,3 +513,48 @@ def test_a_records_answer_becomes_one_line():
     assert as_line(200, b'{\n  "a": [1,\r\n 2]\n}') == b'{"a":[1,2]}'
     broken = orjson.loads(as_line(502, b"<html>bad gateway</html>"))
     assert broken["error"]["code"] == "internal_error" and "502" in broken["error"]["message"]
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/jsonlines"])
+def test_a_client_that_leaves_cancels_the_work_it_carried(minilm_dir, packaged_int8_onnx, monkeypatch, content_type):
+    """The client's disconnect reaches the route that /invocations runs in-process (one watcher on the client,
+    each inner request's receive waits on it): the model's work for it, single or per record, is cancelled."""
+    import asyncio
+
+    from starlette.testclient import TestClient
+
+    from adapters.sagemaker import create_sagemaker_app
+    from core.api import asgi_call
+    from core.config import Settings
+    from core.engine import Engine
+
+    events: list[str] = []
+
+    async def held(self, request, **kwargs):
+        events.append("started")
+        try:
+            await asyncio.sleep(120)
+        except asyncio.CancelledError:
+            events.append("cancelled")
+            raise
+
+    records = 2 if content_type == JSONL else 1
+    body = b'{"input": "a"}\n{"input": "b"}\n' if content_type == JSONL else b'{"input": ["a", "b"]}'
+
+    async def leave_midway(app) -> None:
+        gone = asyncio.get_running_loop().create_future()
+        scope = asgi_call.new_scope("POST", "/invocations", [(b"host", b"test")])
+        sent = asyncio.ensure_future(asgi_call.call(app, scope, body, content_type=content_type.encode(),
+                                                    disconnected=gone))
+        for _ in range(3000):  # up to 30 s for the work to start
+            if events.count("started") == records:
+                break
+            await asyncio.sleep(0.01)
+        gone.set_result(None)
+        await asyncio.wait_for(sent, 30)
+
+    settings = Settings(models=[int8_spec(minilm_dir, packaged_int8_onnx)])
+    with TestClient(create_sagemaker_app(settings)) as client:
+        monkeypatch.setattr(Engine, "__call__", held)
+        client.portal.call(leave_midway, client.app)
+    assert events == ["started"] * records + ["cancelled"] * records
