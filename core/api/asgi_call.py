@@ -26,21 +26,18 @@ IN_PROCESS = "tessera.in_process"
 _ROUTED = ("route", "endpoint", "path_params")
 
 
-@dataclass
+@dataclass(slots=True)
 class InProcess:
     typed_result: bool = False  # the caller asks for the route's typed result, unencoded
     result: Any = None  # where the route puts it
 
 
-@dataclass
+@dataclass(slots=True)
 class Answer:
     status: int | None  # None: the app sent no response start
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     body: bytes = field(default=b"", repr=False)
     result: Any = None  # the route's typed result, when asked for and the route has one
-
-    def header(self, name: bytes) -> bytes | None:
-        return next((v for k, v in self.headers if k.lower() == name), None)
 
 
 def in_process(scope: Scope) -> InProcess | None:
@@ -62,14 +59,54 @@ def new_scope(method: str, path: str, headers=(), *, extensions: dict | None = N
 def inner_scope(outer: Scope, method: str, path: str) -> Scope:
     """The scope of a request carried by ``outer`` (its client, headers, state and request id), at ``path``."""
     scope = {k: v for k, v in outer.items() if k not in _ROUTED}
-    scope.update(method=method, path=path, raw_path=path.encode(), query_string=b"")
+    scope.update(method=method, path=path, raw_path=path.encode(), query_string=b"",
+                 extensions=dict(outer.get("extensions") or {}))
     return scope
+
+
+class _Client:
+    """The client side of one in-process request: the body in one message, then a disconnect once the answer is
+    complete or the client of the carrying request has gone; the answer's messages collected."""
+
+    __slots__ = ("body", "delivered", "gone", "waiters", "answer", "chunks")
+
+    def __init__(self, body: bytes) -> None:
+        self.body, self.delivered, self.gone = body, False, False
+        self.waiters: list[asyncio.Future] = []
+        self.answer, self.chunks = Answer(None), []
+
+    async def receive(self) -> Message:
+        if not self.delivered:
+            self.delivered = True
+            return {"type": "http.request", "body": self.body, "more_body": False}
+        if not self.gone:  # one future per wait: a watcher cancelled while it waits cancels only its own
+            waiter = asyncio.get_running_loop().create_future()
+            self.waiters.append(waiter)
+            await waiter
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.answer.status, self.answer.headers = message["status"], list(message.get("headers", []))
+        elif message["type"] == "http.response.body":
+            self.chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                self.leave()
+
+    def leave(self, _: Any = None) -> None:
+        if not self.gone:
+            self.gone = True
+            for waiter in self.waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            self.waiters.clear()
 
 
 async def call(app: ASGIApp, scope: Scope, body: bytes = b"", *, content_type: bytes | None = None,
                disconnected: asyncio.Future | None = None, typed_result: bool = False) -> Answer:
     """Send one request through ``app`` (an app, or its router for a request already past the middleware).
-    ``scope``'s ``content-length`` is set to the body's (and ``content-type`` to ``content_type`` when given).
+    ``scope``: one of :func:`new_scope` or :func:`inner_scope` (its own, completed here): its
+    ``content-length`` is set to the body's (and ``content-type`` to ``content_type`` when given).
     ``disconnected``: done when the client of the request that carries this one has gone."""
     dropped = (b"content-length", b"content-type") if content_type is not None else (b"content-length",)
     headers = [(k, v) for k, v in scope.get("headers", ()) if k not in dropped]
@@ -78,42 +115,17 @@ async def call(app: ASGIApp, scope: Scope, body: bytes = b"", *, content_type: b
     if body or content_type is not None:
         headers.append((b"content-length", str(len(body)).encode()))
     caller = InProcess(typed_result)
-    scope = {**scope, "headers": headers, "extensions": {**(scope.get("extensions") or {}), IN_PROCESS: caller}}
-    #: done once the answer is complete or the carrying request's client has gone: the client's disconnect
-    gone = asyncio.get_running_loop().create_future()
-
-    def client_gone(_=None) -> None:
-        if not gone.done():
-            gone.set_result(None)
-
+    scope["headers"] = headers
+    scope["extensions"][IN_PROCESS] = caller
+    client = _Client(body)
     if disconnected is not None:
-        disconnected.add_done_callback(client_gone)
-    delivered = False
-    answer = Answer(None)
-    chunks: list[bytes] = []
-
-    async def receive() -> Message:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await asyncio.shield(gone)  # a watcher cancelled while it waits leaves ``gone`` as it is
-        return {"type": "http.disconnect"}
-
-    async def send(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            answer.status, answer.headers = message["status"], list(message.get("headers", []))
-        elif message["type"] == "http.response.body":
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                client_gone()
-
+        disconnected.add_done_callback(client.leave)
     try:
-        await app(scope, receive, send)
+        await app(scope, client.receive, client.send)
     finally:
-        client_gone()
+        client.leave()
         if disconnected is not None:
-            disconnected.remove_done_callback(client_gone)
-        answer.body = b"".join(chunks)
-        answer.result = caller.result
+            disconnected.remove_done_callback(client.leave)
+    answer = client.answer
+    answer.body, answer.result = b"".join(client.chunks), caller.result
     return answer
