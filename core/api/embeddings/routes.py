@@ -7,10 +7,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from core.api.common import ERROR_RESPONSES, dumps
+from core.api.common import ERROR_RESPONSES
 from core.api.embeddings import schemas
 from core.api.embeddings.encode import openai_embeddings
-from core.api.http import JSONBytes, deadline_for, serving_of, until_disconnect
+from core.api.http import answer, deadline_for, serving_of, until_disconnect
+from core.api.response_limit import refuse_unfit_embeddings
 from core.serving import embeddings
 
 router = APIRouter()
@@ -25,6 +26,7 @@ router = APIRouter()
 @router.post("/embeddings", include_in_schema=False)
 async def create_embeddings(body: schemas.EmbeddingRequest, request: Request) -> Response:
     serving = serving_of(request)
+    refuse_unfit_embeddings(request, body, serving.settings.max_items_per_request)
     work = embeddings.embed(
         serving, body.model, body.input, deadline=deadline_for(request, serving), embedding_type=body.embedding_type,
         modality=body.modality, truncate=body.truncate, normalize=body.normalize, dimensions=body.dimensions,
@@ -33,7 +35,7 @@ async def create_embeddings(body: schemas.EmbeddingRequest, request: Request) ->
         add_generation_prompt=body.add_generation_prompt, continue_final_message=body.continue_final_message,
     )
     served = await until_disconnect(request, work)
-    return JSONBytes(dumps(openai_embeddings(served, body.encoding_format)))
+    return answer(request, served, lambda: openai_embeddings(served, body.encoding_format))
 
 
 @router.post("/embeddings_image", response_model=schemas.EmbeddingResponse, responses=ERROR_RESPONSES,
