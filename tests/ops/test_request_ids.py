@@ -51,7 +51,7 @@ def test_every_answer_carries_the_id(client, caplog):
     answers = {
         "401": client.post("/v1/embeddings", json={"input": "x"}, headers={"X-Request-Id": "e401"}),
         "404": client.get("/nowhere", headers={**AUTH, "X-Request-Id": "e404"}),
-        "422": client.post("/v1/embeddings", json={"inputs": "x"}, headers={**AUTH, "X-Request-Id": "e422"}),
+        "422": client.post("/v1/embeddings", json={"input": 5}, headers={**AUTH, "X-Request-Id": "e422"}),
         "413": client.post("/v1/embeddings", content=b"{" + b" " * 5000 + b"}",
                            headers={**AUTH, "X-Request-Id": "e413", "Content-Type": "application/json"}),
         "413 items": client.post("/v1/embeddings", json={"input": ["x"] * 9}, headers={**AUTH, "X-Request-Id": "e413i"}),
