@@ -49,6 +49,14 @@ class EmbedRequest:
     #: their images are ``inputs`` by index
     conversations: list[Any] | None = None
 
+    def media_fetcher(self) -> Any:
+        """The request's ``core.media.MediaFetcher``: the one set at the edge, else one with the safe defaults."""
+        if self.media is None:
+            from core.media import MediaFetcher
+
+            self.media = MediaFetcher()
+        return self.media
+
 
 @dataclass(slots=True)
 class AdapterEncoded(Encoded):

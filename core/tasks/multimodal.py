@@ -112,7 +112,7 @@ class MultiModalEmbedTask(Task):
             if error is not None:
                 raise error
             return self.text_items(texts, truncate=request.truncate)
-        fetcher = self._fetcher(request)
+        fetcher = request.media_fetcher()
         items: list[MediaItem] = []
         for i, ref in enumerate(request.inputs or []):  # decode → preprocess → release, one at a time
             if modality == "image":
@@ -128,15 +128,7 @@ class MultiModalEmbedTask(Task):
         from core.media import AUDIO_TYPES, IMAGE_TYPES
 
         accepted = IMAGE_TYPES if request.modality == "image" else AUDIO_TYPES
-        await self._fetcher(request).prefetch(request.inputs, accepted=accepted)
-
-    @staticmethod
-    def _fetcher(request: EmbedRequest):
-        from core.media import MediaFetcher
-
-        if request.media is None:
-            request.media = MediaFetcher()
-        return request.media
+        await request.media_fetcher().prefetch(request.inputs, accepted=accepted)
 
     def tokenize(self, texts: Sequence[str], *, truncate: bool) -> list[list[int]]:
         out = []

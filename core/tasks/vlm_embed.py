@@ -188,15 +188,8 @@ class VlmEmbedTask(Task):
         if request.inputs and (request.modality == "image" or request.conversations is not None):
             from core.media import IMAGE_TYPES
 
-            await self._fetcher(request).prefetch(request.inputs, accepted=IMAGE_TYPES)
+            await request.media_fetcher().prefetch(request.inputs, accepted=IMAGE_TYPES)
 
-    @staticmethod
-    def _fetcher(request: EmbedRequest):
-        from core.media import MediaFetcher
-
-        if request.media is None:
-            request.media = MediaFetcher()
-        return request.media
 
     # worker thread ------------------------------------------------------------------------------
     def conversations(self, request: EmbedRequest) -> list[Conversation]:
@@ -220,7 +213,7 @@ class VlmEmbedTask(Task):
                                param="dimensions")
         items = []
         for n, conversation in enumerate(self.conversations(request)):
-            fetcher = self._fetcher(request)
+            fetcher = request.media_fetcher()
             images = [fetcher.image(request.inputs[i], index=i) for i in conversation.image_indices()]
             items.append(self.item(conversation, images, where="messages" if request.conversations else f"input[{n}]"))
         return items

@@ -16,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.modules import load_script
 from tests.support.server import ROOT
+
+_reader = load_script("import_graph")
 
 CORE = ROOT / "core"
 
@@ -46,28 +49,12 @@ def _within(name: str, prefixes: tuple[str, ...]) -> bool:
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
-    parts = list(path.relative_to(root).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
+    return _reader.module_name(path, root)
 
 
-def _type_checking_only(tree: ast.AST) -> set[int]:
-    """The nodes inside ``if TYPE_CHECKING:`` blocks."""
-    skipped: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for stmt in node.body:
-                skipped.update(id(n) for n in ast.walk(stmt))
-    return skipped
-
-
-def _resolve(importer: str, node: ast.ImportFrom, is_package: bool) -> str | None:
-    if not node.level:
-        return node.module
-    base = importer.split(".")
-    base = base[: len(base) - node.level + (1 if is_package else 0)]
-    return ".".join(base + ([node.module] if node.module else []))
+# how an import statement is read is the import-graph script's (one reader for the page's picture and these checks)
+_type_checking_only = _reader._type_checking_only
+_resolve = _reader._resolve
 
 
 def _calls_import_module(tree: ast.AST) -> bool:
