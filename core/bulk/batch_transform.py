@@ -83,6 +83,8 @@ def _write(path: str, data: bytes) -> None:
     if formats.is_uri(path):
         fs_mod = formats.require("pyarrow.fs", "bulk")
         fs, inner = fs_mod.FileSystem.from_uri(path)
+        if isinstance(fs, fs_mod.LocalFileSystem):  # object stores have no folders (no marker objects made)
+            fs.create_dir(inner.rsplit("/", 1)[0], recursive=True)
         with fs.open_output_stream(inner) as stream:
             stream.write(data)
         return
@@ -165,7 +167,7 @@ def read_manifest(prepared: str) -> dict:
     path = _join(prepared, MANIFEST)
     try:
         manifest = json.loads(b"".join(line + b"\n" for line in _lines(path)))
-    except formats.InvalidInput:
+    except (formats.InvalidInput, OSError):
         raise JobError(f"--prepared {prepared}: no {MANIFEST} (the folder `batch-transform prepare` wrote)") from None
     except json.JSONDecodeError as exc:
         raise JobError(f"{path}: not a manifest ({exc})") from None
@@ -257,5 +259,4 @@ def collect(settings, prepared: str, results: str, output: str, *, overwrite: bo
         raise JobError(f"{len(failures)} record(s) answered an error, so the output is not written (the files "
                        f"before the first such record are kept as parts): " + "; ".join(failures[:5])
                        + ("; ..." if len(failures) > 5 else ""))
-    summary.computed = summary.rows_this_run
     return finish(WorkState(work, description, resume, False), options, summary, started)

@@ -198,18 +198,21 @@ def test_quantized_and_matryoshka_options_travel_in_the_records(tmp_path, model_
 
 
 def test_collect_without_a_manifest_or_with_another_models_answers_is_a_clear_error(tmp_path, model_root):
-    refused = cli("batch-transform", "collect", "--prepared", str(tmp_path), "--results", str(tmp_path),
-                  "--output", str(tmp_path / "o.parquet"), check=False)
-    assert refused.returncode == 1 and "no tessera-batch.json" in refused.stderr
+    """Also through URIs (pyarrow's filesystems, as s3:// goes): file:// here."""
+    for prepared in (str(tmp_path), f"file://{tmp_path}"):
+        refused = cli("batch-transform", "collect", "--prepared", prepared, "--results", str(tmp_path),
+                      "--output", str(tmp_path / "o.parquet"), check=False)
+        assert refused.returncode == 1 and "no tessera-batch.json" in refused.stderr, refused.stderr
     source = write_jsonl(tmp_path / "corpus.jsonl", corpus(5, seed=1))
     prepared = tmp_path / "prepared"
-    cli("batch-transform", "prepare", "--input", str(source), "--output", str(prepared), "--model",
+    cli("batch-transform", "prepare", "--input", str(source), "--output", f"file://{prepared}", "--model",
         f"path={model_root / 'minilm'},name={SERVED},backend=onnx", "--threads", "2")
+    assert len((prepared / "records" / "part-00000.jsonl").read_text().splitlines()) == 5
     results = tmp_path / "results"
     results.mkdir()
     answer = {"object": "list", "model": "another-model", "usage": {"prompt_tokens": 1, "total_tokens": 1},
               "data": [{"object": "embedding", "index": 0, "embedding": "AACAPw=="}]}
     (results / "part-00000.jsonl.out").write_text((json.dumps(answer) + "\n") * 5)
-    refused = cli("batch-transform", "collect", "--prepared", str(prepared), "--results", str(results),
+    refused = cli("batch-transform", "collect", "--prepared", f"file://{prepared}", "--results", f"file://{results}",
                   "--output", str(tmp_path / "o.parquet"), check=False)
     assert refused.returncode == 1 and "answered by model 'another-model'" in refused.stderr
