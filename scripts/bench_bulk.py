@@ -11,7 +11,8 @@ all-MiniLM-L6-v2 exported once to ONNX (.venv/models/), with short texts (benchm
 Printed, one JSON line per measurement:
 
 - ``rate``: ``--rows`` distinct texts in ``--slices`` equal slices; each slice through the job (its
-  summary's embeddings/s: process start-up excluded, model load and the final merge included) and through
+  summary's embeddings/s: process start-up excluded, model load and the final merge included; and its
+  steady state, from its first whole part to its last, the work folder watched) and through
   the plain loop (one pass over the same texts), the order alternating per pair (job first, then plain
   first, ...), so a busy machine's drift hits both sides alike; the ratio per pair, then over all rows.
 - ``rss``: the job's peak RSS (the child's ``ru_maxrss``) per ``MODEL:ROWS,...``: ``default`` or ``light``
@@ -57,22 +58,35 @@ def job(corpus: Path, out: Path, model: Path, threads: int, extra: list[str] = (
             f"path={model},name=minilm,backend=onnx", "--threads", str(threads), *extra]
 
 
-def run_job(command: list[str], kill_at: float | None = None, parts: Path | None = None, rows: int = 0):
-    """(seconds, summary stdout, peak RSS MB, killed) of one job process; ``kill_at``: SIGKILL it once parts
-    cover that share of ``rows``."""
+def parts_done(parts: Path) -> int:
+    """Rows in the whole parts of a job's work folder (from the part files' names)."""
+    return sum(int(p.stem.split("-")[2]) - int(p.stem.split("-")[1]) for p in parts.glob("part-*.parquet"))
+
+
+def run_job(command: list[str], kill_at: float | None = None, parts: Path | None = None, rows: int = 0,
+            marks: list | None = None):
+    """(seconds, summary stdout, peak RSS MB, killed) of one job process, with its work folder ``parts``
+    watched: ``kill_at``: SIGKILL it once parts cover that share of ``rows``; ``marks``: filled with
+    (seconds, rows in parts) each time a part appears."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     started = time.perf_counter()
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    killed = False
-    if kill_at is not None:
-        while proc.poll() is None:
-            done = sum(int(p.stem.split("-")[2]) - int(p.stem.split("-")[1]) for p in parts.glob("part-*.parquet"))
-            if done >= kill_at * rows:
+    killed, ended = False, None
+    if parts is not None:
+        last = 0
+        while ended is None:
+            done = parts_done(parts)
+            if marks is not None and done > last:
+                marks.append((time.perf_counter() - started, done))
+                last = done
+            if kill_at is not None and done >= kill_at * rows:
                 proc.send_signal(signal.SIGKILL)
                 killed = True
                 break
             time.sleep(0.05)
-    _, status, usage = os.wait4(proc.pid, 0)
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)  # reaped here: its rusage is read once
+            ended = (pid, status, usage) if pid else None
+    _, status, usage = ended or os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - started
     output = proc.stdout.read()
@@ -119,15 +133,23 @@ def measure_rate(args, model: Path, work: Path) -> None:
         rates = {}
         for side in order:
             if side == "job":
-                seconds, output, rss, _ = run_job(job(corpus, work / f"rate-{pair}.parquet", model, args.threads))
+                out, marks = work / f"rate-{pair}.parquet", []
+                seconds, output, rss, _ = run_job(job(corpus, out, model, args.threads), parts=Path(f"{out}.parts"),
+                                                  marks=marks)
                 rates["job"] = summary_value(output, r"embeddings/s: ([\d.]+)")
+                # steady state: from the first whole part to the last (no model load, no merge)
+                rates["steady"] = ((marks[-1][1] - marks[0][1]) / (marks[-1][0] - marks[0][0])
+                                   if len(marks) > 1 else None)
                 job_s += size / rates["job"]
             else:
                 rates["plain"] = plain_pass(embed, texts)
                 plain_s += size / rates["plain"]
         show({"measure": "rate", "pair": pair + 1, "order": "/".join(order), "rows": size,
               "job_embeddings_per_s": rates["job"], "plain_loop_embeddings_per_s": round(rates["plain"], 1),
-              "job/plain": round(rates["job"] / rates["plain"], 3), "job_peak_rss_mb": round(rss),
+              "job/plain": round(rates["job"] / rates["plain"], 3),
+              "job_steady_embeddings_per_s": rates["steady"] and round(rates["steady"], 1),
+              "steady/plain": rates["steady"] and round(rates["steady"] / rates["plain"], 3),
+              "job_peak_rss_mb": round(rss),
               "loadavg_1m": round(os.getloadavg()[0], 2)})
         corpus.unlink()
         (work / f"rate-{pair}.parquet").unlink()
