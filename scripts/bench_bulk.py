@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -215,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
               "killed_after_seconds": round(first, 1), "resume_seconds": round(second, 1),
               "resume/full": round(second / full, 3),
               "done_before": int(summary_value(output, r"this run, (\d+) done before"))})
+    shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
