@@ -141,9 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "auto (weights and the ONNX graph when there is one) | " + " | ".join(backend_names()))
     download.add_argument("--dtype", default="float32", help="the dtype whose ONNX graph to fetch")
     _add_prepare(sub)
-    from core.bulk.cli import add_embed_parser
+    from core.bulk.cli import add_batch_transform_parser, add_embed_parser
 
     add_embed_parser(sub)
+    add_batch_transform_parser(sub)
     return parser
 
 
@@ -333,6 +334,10 @@ def main(argv: list[str] | None = None) -> int:
         from core.bulk.cli import run_embed
 
         return run_embed(args, settings)
+    if args.command == "batch-transform":  # SageMaker Batch Transform's input and output (core/bulk)
+        from core.bulk.cli import run_batch_transform
+
+        return run_batch_transform(args, settings)
     import uvicorn
 
     from core.api.app import create_app

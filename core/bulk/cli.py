@@ -23,13 +23,37 @@ def add_embed_parser(sub) -> None:
     io.add_argument("--input", required=True, help="a local path or s3:// URI (.parquet, .jsonl, .csv/.tsv, or "
                     "text: one text per line)")
     io.add_argument("--output", required=True, help="the Parquet file to write (local path or s3:// URI)")
-    io.add_argument("--format", default="auto", help="auto (from the name) | parquet | jsonl | csv | text")
-    io.add_argument("--text-column", default="text", help="the column (field) holding the text (default text)")
-    io.add_argument("--id-column", default=None, help="the column holding each row's id (default: the row number)")
+    _add_columns(io)
     io.add_argument("--work-dir", default=None, help="where parts are kept until the output is whole "
                     "(default OUTPUT.parts; for an s3:// output, under cache_dir)")
     io.add_argument("--overwrite", action="store_true", help="redo the job even when --output is complete")
-    vec = embed.add_argument_group("what changes the vectors (as /v1/embeddings' options)")
+    _add_vector_options(embed)
+    run = embed.add_argument_group("how it runs")
+    run.add_argument("--on", default="local", choices=RUNNERS,
+                     help="local: this process; ray: Ray Data (RAY_ADDRESS, else a local Ray); modal: the Modal "
+                          "class (docs/bulk.md)")
+    run.add_argument("--rows-per-part", type=int, default=8192, help="rows per part file (what a resume redoes "
+                     "at most)")
+    run.add_argument("--request-texts", type=int, default=64, help="texts per engine request")
+    run.add_argument("--concurrency", type=int, default=16, help="engine requests in flight")
+    run.add_argument("--actors", type=int, default=None, help="--on ray: model copies (default: one per GPU, else "
+                     "one per `threads` CPUs)")
+    run.add_argument("--modal-app", default="tessera", help="--on modal: the deployed app's name (default tessera)")
+    run.add_argument("--shard-size", type=int, default=2048, help="--on modal: texts per embed_shard call")
+    run.add_argument("--threads", default=None, help="runtime threads (env TESSERA_THREADS)")
+    run.add_argument("--cache-dir", default=None, help="export cache (env TESSERA_CACHE_DIR)")
+    run.add_argument("--embedding-cache", default=None,
+                     help="a shared cache the job reads and fills too: memory | redis://... (env TESSERA_EMBEDDING_CACHE)")
+
+
+def _add_columns(group) -> None:
+    group.add_argument("--format", default="auto", help="auto (from the name) | parquet | jsonl | csv | text")
+    group.add_argument("--text-column", default="text", help="the column (field) holding the text (default text)")
+    group.add_argument("--id-column", default=None, help="the column holding each row's id (default: the row number)")
+
+
+def _add_vector_options(parser) -> None:
+    vec = parser.add_argument_group("what changes the vectors (as /v1/embeddings' options)")
     vec.add_argument("--model", action="append", default=[], metavar="PATH[:NAME] | path=PATH,KEY=VALUE,...",
                      help="the model, as `serve --model` (default: TESSERA_MODELS / TESSERA_CONFIG, else the "
                           "embedded all-MiniLM-L6-v2)")
@@ -48,22 +72,73 @@ def add_embed_parser(sub) -> None:
     vec.add_argument("--chunking", default=None, metavar="off | on | SIZE[,OVERLAP]",
                      help="long texts in windows of SIZE tokens overlapping by OVERLAP, one vector per text "
                           "(default: the model's spec)")
-    run = embed.add_argument_group("how it runs")
-    run.add_argument("--on", default="local", choices=RUNNERS,
-                     help="local: this process; ray: Ray Data (RAY_ADDRESS, else a local Ray); modal: the Modal "
-                          "class (docs/bulk.md)")
-    run.add_argument("--rows-per-part", type=int, default=8192, help="rows per part file (what a resume redoes "
-                     "at most)")
-    run.add_argument("--request-texts", type=int, default=64, help="texts per engine request")
-    run.add_argument("--concurrency", type=int, default=16, help="engine requests in flight")
-    run.add_argument("--actors", type=int, default=None, help="--on ray: model copies (default: one per GPU, else "
-                     "one per `threads` CPUs)")
-    run.add_argument("--modal-app", default="tessera", help="--on modal: the deployed app's name (default tessera)")
-    run.add_argument("--shard-size", type=int, default=2048, help="--on modal: texts per embed_shard call")
-    run.add_argument("--threads", default=None, help="runtime threads (env TESSERA_THREADS)")
-    run.add_argument("--cache-dir", default=None, help="export cache (env TESSERA_CACHE_DIR)")
-    run.add_argument("--embedding-cache", default=None,
-                     help="a shared cache the job reads and fills too: memory | redis://... (env TESSERA_EMBEDDING_CACHE)")
+
+
+def add_batch_transform_parser(sub) -> None:
+    """``batch-transform prepare`` / ``collect``: SageMaker Batch Transform with the job's formats
+    (core/bulk/batch_transform.py)."""
+    bt = sub.add_parser(
+        "batch-transform", help="SageMaker Batch Transform with the embed job's formats: prepare its JSON Lines "
+        "input from a corpus, collect its .out files into the job's Parquet",
+        description="prepare: the corpus as the JSON Lines records the SageMaker container takes (one request "
+                    "per line, the id kept), plus a manifest; collect: the transform job's .out files back "
+                    "into the Parquet file `python -m core embed` writes for that corpus. See docs/bulk.md.")
+    steps = bt.add_subparsers(dest="batch_command", required=True, metavar="{prepare,collect}")
+    prep = steps.add_parser("prepare", help="write the transform job's input records and the manifest",
+                            description="Write OUTPUT/records/part-NNNNN.jsonl (the transform job's S3Uri: "
+                            "SplitType=Line, application/jsonlines) and OUTPUT/tessera-batch.json (for collect). "
+                            "The model is loaded once here, for its identity: the one the container serves.")
+    io = prep.add_argument_group("input and output")
+    io.add_argument("--input", required=True, help="the corpus: a local path or s3:// URI (as embed's)")
+    io.add_argument("--output", required=True, help="a folder (local or s3:// prefix) for records/ and the manifest")
+    _add_columns(io)
+    io.add_argument("--records-per-file", type=int, default=100_000, help="records per input file (default "
+                    "100000); Batch Transform spreads files over instances")
+    _add_vector_options(prep)
+    prep.add_argument("--threads", default=None, help="runtime threads (env TESSERA_THREADS)")
+    prep.add_argument("--cache-dir", default=None, help="export cache (env TESSERA_CACHE_DIR)")
+    col = steps.add_parser("collect", help="the transform job's .out files into the embed job's Parquet",
+                           description="Pair line i of each RESULTS/part-NNNNN.jsonl.out with line i of the "
+                           "prepared records file (or, with JoinSource=Input, check the joined record), and "
+                           "write --output as `python -m core embed` does: ids, vectors, model identity and "
+                           "options in the metadata.")
+    col.add_argument("--prepared", required=True, help="the folder `prepare` wrote (local or s3://)")
+    col.add_argument("--results", required=True, help="the transform job's S3OutputPath (local or s3://), "
+                     "holding part-NNNNN.jsonl.out")
+    col.add_argument("--output", required=True, help="the Parquet file to write (local path or s3:// URI)")
+    col.add_argument("--work-dir", default=None, help="where parts are kept until the output is whole")
+    col.add_argument("--overwrite", action="store_true", help="write --output even when it is complete")
+    col.add_argument("--cache-dir", default=None, help="(env TESSERA_CACHE_DIR) holds the work folder of an "
+                     "s3:// output")
+    col.set_defaults(model=[])
+
+
+def run_batch_transform(args: argparse.Namespace, settings) -> int:
+    from core.bulk import batch_transform
+    from core.errors import TesseraError
+    from core.logs import configure_logging
+
+    configure_logging("warning" if settings.log_level == "info" else settings.log_level, fmt=settings.log_format)
+    try:
+        if args.batch_command == "prepare":
+            options = JobOptions(input=args.input, output=args.output, format=args.format,
+                                 text_column=args.text_column, id_column=args.id_column, model=args.model_name,
+                                 dimensions=args.dimensions, normalize=args.normalize, prompt=args.prompt,
+                                 prompt_name=args.prompt_name, truncate=args.truncate,
+                                 embedding_type=args.embedding_type, chunking=chunking_value(args.chunking))
+            lines = asyncio.run(batch_transform.prepare(settings, options, args.output, args.records_per_file)).lines()
+        else:
+            summary = batch_transform.collect(settings, args.prepared, args.results, args.output,
+                                              overwrite=args.overwrite, work_dir=args.work_dir)
+            lines = (summary.lines()[:1] if summary.already_complete else
+                     [f"rows: {summary.rows} ({summary.rows_this_run} this run, {summary.resumed_from} done before)",
+                      f"output: {summary.output}"])
+    except TesseraError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 1
+    for line in lines:
+        print(line, flush=True)
+    return 0
 
 
 def chunking_value(text: str | None):

@@ -30,9 +30,7 @@ class EmbedActor:
         from core.cache.stores import MemoryStore
 
         ray = require("ray", "ray")
-        if ray.get_gpu_ids():  # a GPU actor: the models run on it
-            settings = settings.model_copy(update={"models": [m.model_copy(update={"device": "cuda"})
-                                                              for m in settings.model_specs()]})
+        settings = actor_settings(settings, ray.get_gpu_ids())
         shared = build_cache(settings)
         store = shared.store if shared is not None else MemoryStore(settings.embedding_cache_bytes)
         self.options = options
@@ -56,6 +54,28 @@ class EmbedActor:
             out["repeated"].append(self.embedder.cache.hits - before[1])
             out["model"].append(self.embedder.model_metadata())
         return {k: _column(v) for k, v in out.items()}
+
+
+def actor_settings(settings, gpu_ids: list):
+    """An actor's settings: given GPUs by Ray (``ray.get_gpu_ids()``), its models run on CUDA."""
+    if not gpu_ids:
+        return settings
+    return settings.model_copy(update={"models": [m.model_copy(update={"device": "cuda"})
+                                                  for m in settings.model_specs()]})
+
+
+def actor_request(resources: dict, threads: int, actors: int | None, parts: int) -> dict:
+    """``map_batches``' actor pool for a cluster of ``resources`` (``ray.cluster_resources()``): with GPUs,
+    one actor per GPU (``num_gpus=1`` each, never more actors than GPUs, which Ray would wait for forever);
+    without, one per ``threads`` CPUs, each asking for its threads. Never more actors than parts."""
+    gpus = int(resources.get("GPU", 0))
+    cpus = int(resources.get("CPU", 1))
+    if actors is None:
+        actors = gpus or max(1, cpus // max(1, threads))
+    if gpus:
+        actors = min(actors, gpus)
+    actors = max(1, min(actors, parts))
+    return {"concurrency": actors, "num_gpus": 1 if gpus else 0, "num_cpus": 0 if gpus else min(threads, cpus)}
 
 
 def _column(values: list) -> Any:
@@ -106,18 +126,12 @@ def run_ray(settings, options: JobOptions, *, actors: int | None = None, num_cpu
 def _embed_on_ray(settings, options, work, ranges, summary, actors, num_cpus) -> None:
     ray, started_here = start_ray(num_cpus)
     try:
-        resources = ray.cluster_resources()
-        gpus = int(resources.get("GPU", 0))
-        threads = settings.threads
-        if actors is None:
-            actors = gpus or max(1, int(resources.get("CPU", 1)) // max(1, threads))
-        actors = max(1, min(actors, len(ranges)))
+        request = actor_request(ray.cluster_resources(), settings.threads, actors, len(ranges))
         context = ray.data.DataContext.get_current()
         context.execution_options.preserve_order = True  # parts come back in row order
         dataset = ray.data.from_items([{"start": s, "end": e} for s, e in ranges])
         results = dataset.map_batches(
-            EmbedActor, fn_constructor_args=(settings, options), batch_size=1, concurrency=actors,
-            num_gpus=1 if gpus else 0, num_cpus=0 if gpus else min(threads, int(resources.get("CPU", 1))))
+            EmbedActor, fn_constructor_args=(settings, options), batch_size=1, **request)
         id_name = options.id_column or "id"
         recorded = False
         for row in results.iter_rows():

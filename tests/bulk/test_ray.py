@@ -100,3 +100,54 @@ def test_ray_actors_share_a_redis_embedding_cache(tmp_path, job_model):
         assert hits and float(hits[0].rsplit(" ", 1)[1]) == 5
     assert second.computed == 0 and second.repeated == len(texts)
     assert read(tmp_path / "b.parquet")[1].tobytes() == read(tmp_path / "a.parquet")[1].tobytes()
+
+
+class _Probe:
+    """A map_batches actor reporting what Ray gave it and the settings EmbedActor would run with."""
+
+    def __init__(self, settings) -> None:
+        import os
+
+        from core.bulk.ray_runner import actor_settings
+
+        self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+        self.visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        self.devices = [m.device for m in actor_settings(settings, ray.get_gpu_ids()).model_specs()]
+
+    def __call__(self, batch: dict) -> dict:
+        n = len(batch["start"])
+        return {"start": batch["start"], "gpus": np.array([",".join(self.gpu_ids)] * n),
+                "visible": np.array([self.visible] * n), "devices": np.array([",".join(self.devices)] * n)}
+
+
+@pytest.mark.parametrize("declared_gpus", [0, 1])
+def test_the_actor_pool_asks_ray_for_gpus_where_the_cluster_has_them(job_model, declared_gpus):
+    """The pool's request is built from a real local cluster's ``ray.cluster_resources()``, and Ray schedules
+    the actors with it. The GPU is one Ray is told of (``num_gpus=1``: Ray's resource accounting, no CUDA
+    here), so this checks the scheduling decision and the device the actor picks, not a model run on a GPU."""
+    from core.bulk.ray_runner import actor_request
+
+    settings = Settings(models=[job_model], threads=2)
+    ray.init(num_cpus=2, num_gpus=declared_gpus, include_dashboard=False, log_to_driver=False)
+    try:
+        resources = ray.cluster_resources()
+        assert resources.get("GPU", 0) == declared_gpus
+        request = actor_request(resources, settings.threads, actors=None, parts=6)
+        if declared_gpus:
+            assert request == {"concurrency": 1, "num_gpus": 1, "num_cpus": 0}
+            # asked for more actors than GPUs: one per GPU (more would wait for a GPU forever)
+            assert actor_request(resources, 2, actors=3, parts=6)["concurrency"] == 1
+        else:
+            assert request == {"concurrency": 1, "num_gpus": 0, "num_cpus": 2}
+            assert actor_request(resources, 1, actors=None, parts=6)["concurrency"] == 2
+        rows = ray.data.from_items([{"start": i} for i in range(6)]).map_batches(
+            _Probe, fn_constructor_args=(settings,), batch_size=1, **request).take_all()
+        assert sorted(int(r["start"]) for r in rows) == list(range(6))
+        if declared_gpus:
+            assert {r["gpus"] for r in rows} == {"0"} and {r["visible"] for r in rows} == {"0"}
+            assert {r["devices"] for r in rows} == {"cuda"}
+        else:
+            assert {r["gpus"] for r in rows} == {""}
+            assert {r["devices"] for r in rows} == {str(settings.model_specs()[0].device)}
+    finally:
+        ray.shutdown()

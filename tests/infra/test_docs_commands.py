@@ -185,6 +185,8 @@ def _program(seg: list[str]) -> tuple[tuple[str, ...] | None, list[str]]:
             assert (ROOT / seg[1]).is_file(), seg[1]
             return (PY, seg[1]), seg[2:]
         if seg[1:3] == ["-m", "core"] and len(seg) > 3:
+            if seg[3] == "batch-transform" and len(seg) > 4:  # its own subcommands: prepare, collect
+                return (PY, "-m", "core", *seg[3:5]), seg[5:]
             sub = "serve" if seg[3] in ("v1", "v2") or seg[3].startswith("-") else seg[3]
             return (PY, "-m", "core", sub), seg[4:]
         if seg[1:3] == ["-m", "pytest"]:
