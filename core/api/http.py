@@ -80,38 +80,20 @@ async def wait_for_disconnect(receive: Receive) -> None:
 
 
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
-    """Await ``work``; if the client disconnects first, cancel it (its queued items are then dropped).
-
-    The work runs in the request's own task; one watcher task reads the receive channel and, when the
-    client goes (or the channel fails) before the work ends, cancels the request's task, whose cancellation
-    then becomes :class:`ClientClosed`. A cancellation from elsewhere (shutdown giving up on the request)
-    stays a cancellation."""
-    task = asyncio.current_task()
-    gone = settled = False
-
-    async def watch() -> None:
-        nonlocal gone
-        try:
-            await wait_for_disconnect(request.receive)
-        finally:
-            if not settled:
-                gone = True
-                task.cancel()
-
-    watcher = asyncio.ensure_future(watch())
+    """Await ``work``; if the client disconnects first, cancel it (its queued items are then dropped)."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(wait_for_disconnect(request.receive))
     try:
-        result = await work
-    except asyncio.CancelledError:
-        if gone and task.uncancel() == 0:  # the watcher's cancellation alone
-            raise ClientClosed("client disconnected") from None
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the request itself is cancelled (shutdown gave up on it): so is its work
+        task.cancel()
         raise
     finally:
-        settled = True
         watcher.cancel()
-    if gone:  # the work ended on its own although the watcher had cancelled it: the client is gone all the same
-        task.uncancel()
+    if not task.done():
+        task.cancel()
         raise ClientClosed("client disconnected")
-    return result
+    return task.result()
 
 
 def answer(request: Request, served: Served, encode: Callable[[], Any]) -> Response:
