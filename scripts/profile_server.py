@@ -4,6 +4,8 @@ while the benchmarks' closed-loop client loads it, then prints, per thread, the 
 the runtime (ONNX Runtime's ``Session.run``), in Python work, and waiting, and the hottest Python frames.
 
     python scripts/profile_server.py --dtype float32 --texts short --batch 32 --concurrency 64 --seconds 8
+    # the serving layer alone, one text per request
+    python scripts/profile_server.py --model near-free --batch 1
 
 Needs py-spy (``pip install py-spy``; in the ``bench`` extra) and permission to ptrace the server (root or
 ``kernel.yama.ptrace_scope=0``). The raw samples are kept with ``--raw FILE`` (flamegraph.pl reads them).
@@ -63,6 +65,9 @@ def summarize(raw: Path, top: int = 12) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", choices=("default", "near-free"), default="default",
+                   help="the default model (ONNX export of all-MiniLM-L6-v2), or the near-free model of "
+                        "scripts/bench_host_cpu.py (1 layer, hidden 32: what is left is the serving layer)")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--texts", default="short")
     p.add_argument("--batch", type=int, default=32)
@@ -74,11 +79,16 @@ def main() -> int:
     args = p.parse_args()
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(pyspy).exists():
-        raise SystemExit("py-spy not found: pip install py-spy (in the bench extra)")
+        raise SystemExit("py-spy not found: pip install py-spy (in the bench and dev extras)")
 
-    from core.config import default_model_path
+    if args.model == "near-free":
+        from benchmarks.host_cpu import model_folder
 
-    folder = ensure_onnx(default_model_path())
+        folder = model_folder("near-free")
+    else:
+        from core.config import default_model_path
+
+        folder = ensure_onnx(default_model_path())
     spec = {"path": str(folder), "name": "bench", "backend": "onnx", "dtype": args.dtype,
             **{k: json.loads(v) for k, v in (o.split("=", 1) for o in args.option)}}
     proc = start_server([spec], args.port, None, {})

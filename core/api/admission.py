@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from typing import Any
 
 import orjson
@@ -104,30 +103,33 @@ class BodyReader:
             return
         chunks: list[bytes] = []
         size = 0
-        deadline = time.monotonic() + self.timeout_s
         more = True
-        disconnected: Message | None = None
-        while more:
-            remaining = deadline - time.monotonic()
-            try:
-                message = await asyncio.wait_for(receive(), max(remaining, 0.0))
-            except TimeoutError:
-                # the rest of the body is not coming in time: answer and close (its bytes would follow)
-                await send_error(send, RequestTimeout(
-                    f"the request body did not arrive within {self.timeout_s:g}s (request_body_timeout_s)"),
-                    close=True)
-                return
-            if message["type"] == "http.disconnect":
-                disconnected = message
-                break
-            body = message.get("body", b"")
-            size += len(body)
-            if size > self.max_bytes:
-                await send_error(send, self._too_large(), close=True)
-                return
-            chunks.append(body)
-            more = message.get("more_body", False)
-        if disconnected is not None:
+        disconnected = too_large = False
+        try:
+            # one deadline for the whole body (a timer, not a task per message as asyncio.wait_for makes)
+            async with asyncio.timeout(self.timeout_s):
+                while more:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        disconnected = True
+                        break
+                    body = message.get("body", b"")
+                    size += len(body)
+                    if size > self.max_bytes:
+                        too_large = True
+                        break
+                    chunks.append(body)
+                    more = message.get("more_body", False)
+        except TimeoutError:
+            # the rest of the body is not coming in time: answer and close (its bytes would follow)
+            await send_error(send, RequestTimeout(
+                f"the request body did not arrive within {self.timeout_s:g}s (request_body_timeout_s)"),
+                close=True)
+            return
+        if too_large:
+            await send_error(send, self._too_large(), close=True)
+            return
+        if disconnected:
             return  # nobody is left to answer
         body = b"".join(chunks)
         if self.shape is not None and self.shape.could_exceed(body):

@@ -6,9 +6,10 @@ every surface, its warm requests to the warm pass and its route to SageMaker's d
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from fastapi import APIRouter
+from starlette.routing import BaseRoute
 
 from core.api import classify, embeddings, rerank, score, sparse, system, tokenize
 from core.api.common import Feature
@@ -18,9 +19,21 @@ from core.capabilities import Capability
 FEATURES: tuple[Feature, ...] = tuple(package.FEATURE for package in (
     embeddings, system, sparse, rerank, classify, score, tokenize))
 
+def leaf_routes(router: APIRouter) -> Iterator[BaseRoute]:
+    """``router``'s routes with every router it includes opened up, in order. The features' routers include
+    their modules' routers with nothing added (no prefix, tag or dependency), so their routes can stand
+    side by side in one router: each level of inclusion is another match over its routes on every request."""
+    for route in router.routes:
+        inner = getattr(route, "original_router", None)  # FastAPI keeps an included router as one route
+        if inner is not None:
+            yield from leaf_routes(inner)
+        else:
+            yield route
+
+
+#: every feature's routes in one flat router (the app includes it once)
 router = APIRouter()
-for _feature in FEATURES:
-    router.include_router(_feature.router)
+router.routes.extend(route for feature in FEATURES for route in leaf_routes(feature.router))
 
 
 def feature_for(capability: Capability | str) -> Feature:
