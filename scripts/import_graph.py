@@ -83,11 +83,19 @@ def _known(name: str, modules: set[str]) -> str | None:
     return None
 
 
-def imports_of(path: Path, modules: set[str], root: Path) -> set[str]:
-    """The modules of ``modules`` that the file at ``path`` imports."""
+def imported_names(path: Path, modules: set[str], root: Path, *, module_level: bool = False) -> set[str]:
+    """What the file at ``path`` imports, as written: ``import a.b`` as ``a.b``, ``from pkg import x`` as
+    ``pkg.x`` when that is one of ``modules`` (a submodule), else as ``pkg``; in a file that calls
+    ``import_module``, each string naming one of ``modules`` (``core.x``, or ``core.x:Name`` as the backend
+    catalog writes its entries). ``module_level``: only what runs when the module is imported (no imports
+    inside functions, no strings: those are imported when a function asks)."""
     name = module_name(path, root)
     tree = ast.parse(path.read_text(), filename=str(path))
     skipped = _type_checking_only(tree)
+    if module_level:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                skipped.update(id(n) for n in ast.walk(node))
     found: set[str] = set()
     for node in ast.walk(tree):
         if id(node) in skipped:
@@ -97,13 +105,18 @@ def imports_of(path: Path, modules: set[str], root: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             target = _resolve(name, node, path.name == "__init__.py")
             if target is not None:
-                found.update(f"{target}.{alias.name}" for alias in node.names)  # a module, or a name in one
-    if _calls_import_module(tree, skipped):
-        # "core.x" or "core.x:Name" (as the backend catalog writes its entries), not a folder named "core"
+                found.update(sub if (sub := f"{target}.{alias.name}") in modules else target for alias in node.names)
+    if not module_level and _calls_import_module(tree, skipped):
         strings = (node.value.partition(":")[0] for node in ast.walk(tree) if id(node) not in skipped
                    and isinstance(node, ast.Constant) and isinstance(node.value, str))
-        found.update(value for value in strings if "." in value and value in modules)
-    resolved = {_known(m, modules) for m in found}
+        found.update(value for value in strings if "." in value and value in modules)  # not a folder named "core"
+    return found - {name}
+
+
+def imports_of(path: Path, modules: set[str], root: Path, *, module_level: bool = False) -> set[str]:
+    """The modules of ``modules`` that the file at ``path`` imports (a name in a module counts as the module)."""
+    name = module_name(path, root)
+    resolved = {_known(m, modules) for m in imported_names(path, modules, root, module_level=module_level)}
     return {m for m in resolved if m is not None and m != name}
 
 

@@ -7,8 +7,6 @@ declares its name, extra and files."""
 
 from __future__ import annotations
 
-import ast
-import re
 import subprocess
 import sys
 import tomllib
@@ -34,8 +32,6 @@ FORBIDDEN = (
 FORBIDDEN_AT_MODULE_LEVEL = (
     ("core.backends", "core.convert"),  # serving code does not load the converters
 )
-#: a string naming a core module (``core.x.y``, or ``core.x.y:Attr`` as the backend catalog writes it)
-_MODULE_STRING = re.compile(r"(core(?:\.\w+)+)(?::\w+)?")
 
 #: the HTTP tier: the API and the entry points that start its server. Every other module of ``core`` is the
 #: library tier (serving, engine, tasks, backends, bulk, cache, the in-process API ...), usable without HTTP
@@ -52,54 +48,16 @@ def module_name(path: Path, root: Path = ROOT) -> str:
     return _reader.module_name(path, root)
 
 
-# how an import statement is read is the import-graph script's (one reader for the page's picture and these checks)
-_type_checking_only = _reader._type_checking_only
-_resolve = _reader._resolve
-
-
-def _calls_import_module(tree: ast.AST) -> bool:
-    return any(isinstance(n, ast.Call) and ast.unparse(n.func).split(".")[-1] == "import_module"
-               for n in ast.walk(tree))
-
-
 def all_imports_of(path: Path, modules: set[str] = frozenset(), root: Path = ROOT, *,
                    module_level: bool = False) -> set[str]:
-    """Every module the file at ``path`` imports, of any package (``from pkg import sub`` counts as
-    ``pkg.sub`` when ``sub`` is one of ``modules``, else as ``pkg``); in a file that calls
-    ``importlib.import_module``, every string naming a core module counts too. ``module_level``: only the
-    ``import`` statements that run when the module is imported (not inside functions; strings left out: they
-    are imported when a function asks)."""
-    name = module_name(path, root)
-    tree = ast.parse(path.read_text(), filename=str(path))
-    skipped = _type_checking_only(tree)
-    if module_level:
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                skipped.update(id(n) for n in ast.walk(node))
-    by_string = not module_level and _calls_import_module(tree)
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            target = _resolve(name, node, path.name == "__init__.py")
-            if target is None:
-                continue
-            for alias in node.names:
-                sub = f"{target}.{alias.name}"
-                found.add(sub if sub in modules else target)
-        elif by_string and isinstance(node, ast.Constant) and isinstance(node.value, str):
-            match = _MODULE_STRING.fullmatch(node.value)
-            if match:
-                found.add(match.group(1))
-    return found - {name}
+    """Every module the file at ``path`` imports, of any package, read as the import-graph script reads it
+    (``_reader.imported_names``)."""
+    return _reader.imported_names(path, modules, root, module_level=module_level)
 
 
 def imports_of(path: Path, modules: set[str], root: Path = ROOT, *, module_level: bool = False) -> set[str]:
-    """The modules of ``modules`` the file at ``path`` imports (see ``all_imports_of``)."""
-    return {m for m in all_imports_of(path, modules, root, module_level=module_level) if m in modules}
+    """The modules of ``modules`` the file at ``path`` imports."""
+    return _reader.imports_of(path, modules, root, module_level=module_level)
 
 
 def http_imports(package: Path = CORE) -> list[str]:
