@@ -19,6 +19,7 @@ from core.capabilities import Capability
 FEATURES: tuple[Feature, ...] = tuple(package.FEATURE for package in (
     embeddings, system, sparse, rerank, classify, score, tokenize))
 
+
 def leaf_routes(router: APIRouter) -> Iterator[BaseRoute]:
     """``router``'s routes with every router it includes opened up, in order. The features' routers include
     their modules' routers with nothing added (no prefix, tag or dependency), so their routes can stand

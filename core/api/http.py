@@ -18,7 +18,7 @@ from core.api.admission import json_object
 from core.api.asgi_call import in_process
 from core.api.common import dumps
 from core.errors import ClientClosed, InvalidInput
-from core.serving import ServingContext
+from core.serving import Served, ServingContext
 
 TIMEOUT_HEADER = "x-request-timeout"
 T = TypeVar("T")
