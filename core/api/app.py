@@ -23,6 +23,7 @@ from core.api.admission import BodyReader, Drainer, InProgress, JsonShape
 from core.api.cors import Cors
 from core.api.docs_ui import DOC_PATHS, add_offline_docs
 from core.api.guard import UnhandledErrors
+from core.api.hot_routes import HotRoutes
 from core.api.observability import Observability, Tracing
 from core.api.paths import Prefixes, route_path
 from core.api.features import router
@@ -296,6 +297,8 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
             return error_response(MethodNotAllowed(f"method {request.method} not allowed on {request.url.path}"))
         return error_response(HttpStatus(str(exc.detail), status=exc.status_code))
 
+    # innermost: the plain JSON routes without FastAPI's routing, dependency and exception layers (the rest to them)
+    app.add_middleware(HotRoutes, fastapi=app, router=router)
     # the last guard (a bug, not bad input) answers inside Starlette's, which would drop the connection
     app.add_middleware(UnhandledErrors)
     app.add_middleware(Gate, settings=settings, metrics=metrics, state=app.state,
