@@ -238,11 +238,13 @@ def measure(pool: ProcessPoolExecutor, processes: int, url: str, pid: int, texts
 # ---- the whole run ---------------------------------------------------------------------------------------
 
 def start(server: str, folder: Path, port: int, infinity_bin: str | None, tessera_env: dict | None = None,
-          output=None, tessera_options: dict | None = None, baseline: Path | None = None):
+          output=None, tessera_options: dict | None = None, baseline: Path | None = None,
+          baseline_options: dict | None = None):
     """``server`` serving ``folder`` as "bench" on 127.0.0.1:``port``; returns the process and its health
     path. ``tessera``: this checkout on ONNX Runtime fp32, otherwise its defaults, ``tessera_env`` and the
     model-spec options ``tessera_options``, its log lines to ``output``; ``baseline``: the same from the
-    checkout ``baseline`` (the commit before a change); ``infinity``: its optimum engine, fp32, warnings
+    checkout ``baseline`` (the commit before a change), with ``baseline_options`` instead when given (an A/B of
+    a setting: ``baseline`` may be this checkout); ``infinity``: its optimum engine, fp32, warnings
     only; ``bare``: the bare ASGI app answering with vectors of the model's dimension."""
     if server in ("tessera", "baseline"):
         from benchmarks import ROOT
@@ -250,7 +252,8 @@ def start(server: str, folder: Path, port: int, infinity_bin: str | None, tesser
 
         if server == "baseline" and baseline is None:
             raise SystemExit("the baseline server needs the folder of a checkout to serve from")
-        spec = {"path": str(folder), "name": "bench", "backend": "onnx", "dtype": "float32", **(tessera_options or {})}
+        options = baseline_options if server == "baseline" and baseline_options is not None else tessera_options
+        spec = {"path": str(folder), "name": "bench", "backend": "onnx", "dtype": "float32", **(options or {})}
         root = baseline if server == "baseline" else ROOT
         return start_server([spec], port, None, dict(tessera_env or {}), output=output, root=root), "/ready"
     if server == "bare":
@@ -267,7 +270,7 @@ def start(server: str, folder: Path, port: int, infinity_bin: str | None, tesser
 def run(models: list[str], servers: list[str], batches: list[int], concurrency: int, duration: float,
         rounds: int, infinity_bin: str | None = None, clients: int = 1, floor_seconds: float = 1.0,
         tessera_env: dict | None = None, tessera_options: dict | None = None, log_dir: Path | None = None,
-        baseline: Path | None = None, log=print) -> dict:
+        baseline: Path | None = None, log=print, baseline_options: dict | None = None) -> dict:
     """Per model: every server started on loopback, then ``rounds`` rounds, each a cell per batch size per
     server in turn (A B A B …), short texts; then the floors. Tessera's log lines go to
     ``log_dir/<model>-<server>.log`` (a new temporary folder by default); ``baseline``: the checkout the
@@ -283,6 +286,7 @@ def run(models: list[str], servers: list[str], batches: list[int], concurrency: 
                     "config": {"models": models, "servers": servers, "batches": batches, "concurrency": concurrency,
                                "duration": duration, "rounds": rounds, "texts": "short", "client_processes": clients,
                                "tessera_env": dict(tessera_env or {}), "tessera_options": dict(tessera_options or {}),
+                               "baseline_options": baseline_options,
                                "baseline": str(baseline) if baseline else None},
                     "cells": [], "servers": {}, "floors": []}
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="bench-host-cpu-"))
@@ -299,7 +303,7 @@ def run(models: list[str], servers: list[str], batches: list[int], concurrency: 
                     logged = server in ("tessera", "baseline")
                     output = open(log_dir / f"{model}-{server}.log", "w") if logged else None
                     proc, health = start(server, folder, port, infinity_bin, tessera_env, output, tessera_options,
-                                         baseline)
+                                         baseline, baseline_options)
                     url = f"http://127.0.0.1:{port}"
                     running[server] = {"proc": proc, "url": url, "output": output}
                     ready = wait_ready(url, proc, 300, path=health)

@@ -73,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
                         "its defaults, the access log on, its lines to a file)")
     p.add_argument("--tessera-option", action="append", default=[], metavar="KEY=JSON",
                    help="a model-spec option for Tessera, e.g. ort_spin=false or workers=1 (repeatable)")
+    p.add_argument("--baseline-option", action="append", default=None, metavar="KEY=JSON",
+                   help="a model-spec option for the baseline instead of --tessera-option's (repeatable): with "
+                        "--baseline . an A/B of a setting, e.g. --tessera-option ort_spin='\"run\"' "
+                        "--baseline-option ort_spin=true")
     p.add_argument("--json", type=Path, help="also write every cell, the medians and the floors here")
     args = p.parse_args(argv)
     if args.quick:
@@ -98,19 +102,22 @@ def main(argv: list[str] | None = None) -> int:
     batches = [int(b) for b in args.batch.split(",")]
     tessera_env = dict(kv.split("=", 1) for kv in args.tessera_env)
     tessera_options = {k: json.loads(v) for k, v in (o.split("=", 1) for o in args.tessera_option)}
+    baseline_options = (None if args.baseline_option is None
+                        else {k: json.loads(v) for k, v in (o.split("=", 1) for o in args.baseline_option)})
 
     load = os.getloadavg()
     print(f"host CPU per embedding: {', '.join(models)} × {', '.join(servers)}, {args.concurrency} clients, "
           f"short texts, {'/'.join(map(str, batches))} texts per request, {args.rounds} round(s) of "
           f"{args.duration:g} s cells; {len(os.sched_getaffinity(0))} CPUs, load average {load[0]:.1f} "
           f"{load[1]:.1f} {load[2]:.1f}" + (f"; Tessera with {tessera_env}" if tessera_env else "")
-          + (f"; Tessera's model options {tessera_options}" if tessera_options else ""), flush=True)
+          + (f"; Tessera's model options {tessera_options}" if tessera_options else "")
+          + (f"; the baseline's {baseline_options}" if baseline_options is not None else ""), flush=True)
     print("server CPU = user + system time of the server's whole process tree (children that exited included), "
           "from /proc; the load generator runs in its own process and is NOT counted (shown beside), nor is what "
           "the idle server(s) spend meanwhile (shown beside)\n", flush=True)
     result = run(models, servers, batches, args.concurrency, args.duration, args.rounds, infinity,
                  args.client_processes, args.floor_seconds, tessera_env, tessera_options,
-                 baseline=args.baseline, log=lambda line: print(line, flush=True))
+                 baseline=args.baseline, log=lambda line: print(line, flush=True), baseline_options=baseline_options)
     after = result["loadavg_after"]
     print(f"\n### Medians over {args.rounds} round(s) (load average before {load[0]:.1f}, after {after[0]:.1f})\n")
     print(markdown(result))

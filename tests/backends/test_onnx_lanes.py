@@ -73,3 +73,24 @@ def test_workers_default_to_two_on_a_multi_core_cpu_and_one_otherwise(minilm_onn
         engine = Engine.load(ModelSpec(path=minilm_onnx_dir, backend="onnx", **extra), settings)
         assert engine.backend.lanes == lanes and engine.batcher.workers == lanes, (settings.threads, extra)
         assert (engine.backend._shared is not None) == (lanes > 1)
+
+
+def _entry(options, key: str) -> str | None:
+    try:
+        return options.get_session_config_entry(key)
+    except RuntimeError:  # not set
+        return None
+
+
+def test_spin_settings_reach_both_sessions(minilm_onnx_dir):
+    """``ort_spin``: true spins between runs too (ONNX Runtime's own default), "run" (the default) only while a run
+    is in progress (the pool stops when the last concurrent run returns), false never; on both lanes' sessions."""
+    expected = {True: ("1", None), "run": ("1", "1"), False: ("0", None)}
+    assert ModelSpec(path=minilm_onnx_dir).onnx.spin == "run"
+    for spin, (allow, force_stop) in expected.items():
+        engine = Engine.load(ModelSpec(path=minilm_onnx_dir, backend="onnx", workers=2, ort_spin=spin), SETTINGS)
+        for session in (engine.backend._session, engine.backend._shared):
+            options = session.get_session_options()
+            assert options.get_session_config_entry("session.intra_op.allow_spinning") == allow
+            assert _entry(options, "session.force_spinning_stop") == force_stop
+        assert embed(engine, ["spins or not, the same vectors"]).shape == (1, 384)

@@ -75,7 +75,7 @@ def test_copies_take_flat_keys_and_records_keep_the_flat_form(tmp_path):
     assert (copy.onnx.workers, copy.backend, spec.onnx.workers) == (1, "auto", 2)
     dumped = spec.flat_dump(mode="json", exclude={"workers"})
     assert "onnx" not in dumped and "torch" not in dumped and "workers" not in dumped
-    assert (dumped["onnx_file"], dumped["ort_spin"], dumped["compile"]) == (None, True, False)
+    assert (dumped["onnx_file"], dumped["ort_spin"], dumped["compile"]) == (None, "run", False)
 
 
 def test_the_options_models_are_the_backends_declarations():
