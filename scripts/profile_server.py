@@ -40,7 +40,7 @@ def summarize(raw: Path, top: int = 12) -> dict:
     """Per-thread shares (runtime / Python / waiting) and the hottest Python leaf frames outside the runtime."""
     threads: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     hot: collections.Counter = collections.Counter()
-    for line in raw.read_text().splitlines():
+    for line in raw.read_text(errors="replace").splitlines():  # a frame name may hold bytes that are not UTF-8
         stack, _, count = line.rpartition(" ")
         frames = stack.split(";")
         name = frames[0].split(":", 1)[-1].strip() if frames else "?"

@@ -123,6 +123,43 @@ def test_a_baseline_server_runs_the_code_of_its_own_checkout(tmp_path):
         stop_server(proc)
 
 
+def test_the_baseline_takes_its_own_model_options(tmp_path):
+    """``--baseline-option`` (``start(baseline_options=...)``): the baseline server's model spec carries those
+    options instead of ``--tessera-option``'s, so one checkout can be measured against itself with another
+    setting; without them both take ``--tessera-option``'s."""
+    import httpx
+
+    from benchmarks.host_cpu import start
+    from benchmarks.loopback import free_port
+    from benchmarks.server import stop_server, wait_ready
+
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "__init__.py").write_text("")
+    (tmp_path / "core" / "dev.py").write_text(textwrap.dedent("""
+        import os
+
+        async def app(scope, receive, send):
+            if scope["type"] != "http":
+                return
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": os.environ["TESSERA_MODELS"].encode()})
+    """))
+
+    def spec(baseline_options):
+        port = free_port()
+        proc, health = start("baseline", tmp_path, port, None, {}, subprocess.DEVNULL, {"ort_spin": "run"},
+                             tmp_path, baseline_options)
+        try:
+            wait_ready(f"http://127.0.0.1:{port}", proc, timeout=120, path=health)
+            (model,) = json.loads(httpx.get(f"http://127.0.0.1:{port}{health}").text)
+            return model
+        finally:
+            stop_server(proc)
+
+    assert spec({"ort_spin": True})["ort_spin"] is True
+    assert spec(None)["ort_spin"] == "run"
+
+
 def test_the_bare_asgi_floor_answers_what_the_load_generator_verifies():
     """The bare app (``--servers ...,bare``) answers an embeddings request with vectors the load generator
     accepts (count, order, dimension), and refuses a body that is not one."""
