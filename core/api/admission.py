@@ -137,7 +137,7 @@ class BodyReader:
             if refusal is not None:
                 await send_error(send, refusal)
                 return
-        await self.app(_json_if_sent_as_form(scope, body), _replay(body, receive), send)
+        await self.app(_json_if_sent_as_form(scope, body), replay_body(body, receive), send)
 
     def _too_large(self) -> TooLarge:
         return TooLarge(f"request body exceeds {self.max_bytes} bytes", code="body_too_large")
@@ -161,7 +161,7 @@ def _json_if_sent_as_form(scope: Scope, body: bytes) -> Scope:
     return scope
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def replay_body(body: bytes, receive: Receive) -> Receive:
     """The body already read, as one message; then the client's own messages (a disconnect)."""
     sent = False
 

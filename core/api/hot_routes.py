@@ -34,7 +34,7 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from core.api.admission import _replay
+from core.api.admission import replay_body
 from core.api.paths import route_path
 
 
@@ -158,11 +158,11 @@ class HotRoutes:
         except (orjson.JSONDecodeError, ValidationError, RecursionError):
             value = None
         if value is None:  # FastAPI answers it, as it always did (its own JSON reading, its validation error)
-            await self.app(scope, _replay(body, receive), send)
+            await self.app(scope, replay_body(body, receive), send)
             return
         scope["route"], scope["endpoint"], scope["path_params"] = hot.route, hot.route.endpoint, {}
         scope.setdefault("router", self.fastapi.router)
-        request = Request(scope, _replay(body, receive))
+        request = Request(scope, replay_body(body, receive))
         try:
             response = await hot.call(value, request)
         except Exception as exc:
