@@ -29,6 +29,7 @@ import orjson
 from fastapi import params
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match
@@ -123,6 +124,7 @@ class HotRoutes:
         self.router = router if router is not None else fastapi.router
         self.routes: dict[str, HotRoute] | None = None
         self.handlers: dict[Any, Callable] = {}
+        self.status_handlers: dict[int, Callable] = {}
 
     def _prepare(self) -> dict[str, HotRoute]:
         top = list(self.fastapi.router.routes)
@@ -133,7 +135,9 @@ class HotRoutes:
             found = hot_routes(list(self.router.routes)) if at is not None else {}
             self.routes = {path: hot for path, hot in found.items()
                            if not any(r.matches(_probe(path))[0] == Match.FULL for r in top[:at])}
-        self.handlers = {k: v for k, v in self.fastapi.exception_handlers.items() if isinstance(k, type)}
+        handlers = self.fastapi.exception_handlers
+        self.handlers = {k: v for k, v in handlers.items() if isinstance(k, type)}
+        self.status_handlers = {k: v for k, v in handlers.items() if isinstance(k, int)}
         return self.routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -175,6 +179,10 @@ class HotRoutes:
         await response(scope, receive, send)
 
     def _handler(self, exc: Exception) -> Callable | None:
+        """The app's handler for ``exc``, as Starlette's exception layer picks it: an HTTP exception's status
+        first, then the nearest class."""
+        if isinstance(exc, HTTPException) and exc.status_code in self.status_handlers:
+            return self.status_handlers[exc.status_code]
         for kind in type(exc).__mro__:
             if kind in self.handlers:
                 return self.handlers[kind]

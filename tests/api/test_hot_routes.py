@@ -8,7 +8,7 @@ import json
 from contextlib import contextmanager
 
 import pytest
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import Response
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
@@ -145,9 +145,24 @@ def test_the_hot_path_skips_fastapis_layers_and_keeps_the_route_for_metrics(serv
 def test_the_apps_own_routes_are_served_too():
     app = FastAPI()
 
+    class Odd(ValueError):
+        pass
+
     @app.post("/plain")
     async def plain(body: Body, request: Request) -> Response:
+        if body.x == 418:
+            raise HTTPException(418)
+        if body.x % 2:
+            raise Odd(body.x)
         return Response(str(body.x * 2))
+
+    @app.exception_handler(418)
+    async def teapot(request: Request, exc: HTTPException) -> Response:
+        return Response("teapot", status_code=418)
+
+    @app.exception_handler(ValueError)
+    def odd(request: Request, exc: ValueError) -> Response:  # a plain function: called as is
+        return Response(f"odd {exc}", status_code=400)
 
     from core.api.hot_routes import HotRoutes
 
@@ -155,7 +170,9 @@ def test_the_apps_own_routes_are_served_too():
     app.add_middleware(HotRoutes, fastapi=app)
     app.add_middleware(Seen, scopes=scopes)
     with TestClient(app) as client:
-        assert client.post("/plain", json={"x": 21}).text == "42"
+        assert client.post("/plain", json={"x": 21}).text == "odd 21"  # the nearest class's handler
+        assert (client.post("/plain", json={"x": 418}).text, client.post("/plain", json={"x": 2}).text) == (
+            "teapot", "4")  # an HTTP exception: its status's handler
         assert client.post("/plain", json={"x": "a"}).status_code == 422
         assert client.post("/elsewhere", json={"x": 1}).status_code == 404
-    assert ["fastapi_inner_astack" in scope for scope in scopes] == [False, True, False]
+    assert ["fastapi_inner_astack" in scope for scope in scopes] == [False, False, False, True, False]
