@@ -103,8 +103,8 @@ class ExecutorLink:
         self.last_error: str | None = None
         #: engines using this link (it closes when the last one stops)
         self.users = 0
-        #: requests sent on this link (tests and benchmarks read the balance from it)
-        self.sent = 0
+        #: model → requests sent on this link (the balance across executors, read by tests and benchmarks)
+        self.sent: dict[str, int] = {}
 
     def load(self, model: str) -> int:
         return self.outstanding.get(model, 0) + self.depth.get(model, 0)
@@ -259,7 +259,7 @@ class ExecutorLink:
         future = asyncio.get_running_loop().create_future()
         self._pending[self._next_id] = _Pending(future, offset, model, items)
         self.outstanding[model] = self.outstanding.get(model, 0) + items
-        self.sent += 1
+        self.sent[model] = self.sent.get(model, 0) + 1
         return self._next_id, future
 
     async def _await(self, rid: int, future: asyncio.Future):

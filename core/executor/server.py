@@ -125,7 +125,7 @@ class _Connection:
                 op = header["op"]
                 if op == "submit":
                     self._free(header.get("free"))
-                    self.tasks[header["id"]] = asyncio.create_task(self._submit(header, payload))
+                    self._track(header["id"], self._submit(header, payload))
                 elif op == "free":
                     self._free(header["free"])
                 elif op == "cancel":
@@ -133,11 +133,22 @@ class _Connection:
                     if task is not None:
                         task.cancel()
                 elif op == "whole":
-                    self.tasks[header["id"]] = asyncio.create_task(self._whole(header, payload))
+                    self._track(header["id"], self._whole(header, payload))
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the front end went away
         finally:
             self.close()
+
+    def _track(self, rid: int, work) -> None:
+        task = asyncio.create_task(work)
+        self.tasks[rid] = task
+
+        def done(task: asyncio.Task) -> None:
+            if task.cancelled():  # cancelled before it ran: nothing was queued, the front end still needs a reply
+                self.tasks.pop(rid, None)
+                self._send({"op": "cancelled", "id": rid})
+
+        task.add_done_callback(done)
 
     def close(self) -> None:
         for task in self.tasks.values():
