@@ -87,3 +87,36 @@ def connect_and_wait(settings, address: str, ready) -> None:
         await asyncio.sleep(600)
 
     asyncio.run(main())
+
+
+def rss_kib() -> int:
+    with open(f"/proc/{os.getpid()}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def front_end_memory(settings, address: str | None, model: str) -> dict:
+    """RSS growth of a fresh process that serves ``model`` as a front end (``address``: executors) or
+    in-process (None), from after the imports both need to after one answered request; and whether a
+    runtime that holds weights (onnxruntime, torch) was imported."""
+    import sys
+
+    from core.engine import Registry
+    from core.executor import remote_registry
+    from core.tasks.embed import EmbedRequest
+
+    before = rss_kib()
+
+    async def serve():
+        registry = remote_registry(settings, address) if address else Registry.from_settings(settings)
+        await registry.start()
+        result = await registry.engines[model](EmbedRequest(texts=["how much memory does this take"]))
+        after = rss_kib()
+        await registry.stop()
+        return result.vectors.shape, after
+
+    shape, after = asyncio.run(serve())
+    return {"growth_kib": after - before, "shape": shape,
+            "runtimes": sorted(m for m in ("onnxruntime", "torch") if m in sys.modules)}
