@@ -109,6 +109,7 @@ class _Connection:
         self.requests: Segment | None = None
         self.results: Segment | None = None
         self.allocator: Allocator | None = None
+        self.outbox: wire.Outbox | None = None
         self.accepting = True
 
     async def run(self) -> None:
@@ -119,6 +120,7 @@ class _Connection:
             self.requests = Segment.attach(header["requests"])
             self.results = Segment.attach(header["results"])
             self.allocator = Allocator(self.results.size)
+            self.outbox = wire.Outbox(self.writer)
             wire.write_frame(self.writer, {"op": "welcome", "device": self.server.device, "pid": os.getpid()})
             while True:
                 header, payload = await wire.read_frame(self.reader)
@@ -167,8 +169,8 @@ class _Connection:
                 self.allocator.free(offset)
 
     def _send(self, header: dict, payload=None) -> None:
-        if not self.writer.is_closing():
-            wire.write_frame(self.writer, header, payload)
+        if self.outbox is not None and not self.writer.is_closing():
+            self.outbox.send(header, payload)
 
     async def _settle(self, engine) -> None:
         """Wait for the batches running now: a request given up (cancelled, past its deadline) may have items
