@@ -379,6 +379,10 @@ class RemoteEngine(Engine):
             await self.task.fetch_inputs(request)
         return await self.batcher.pick().whole(self.name, request, deadline)
 
+    def describe(self) -> dict:
+        """The engine's description, with the devices of the executors that serve it."""
+        return {**super().describe(), "executors": [link.device for link in self.links]}
+
     @property
     def healthy(self) -> bool:
         return (self.consecutive_failures < UNHEALTHY_AFTER

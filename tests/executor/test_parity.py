@@ -127,6 +127,7 @@ def test_the_app_serves_a_remote_registry(executors, local):
         assert cards["emb"]["backend"] == "onnx"
         assert cards["rr"]["backend"] == "torch"
         assert cards["emb"]["dtype"] == "float32"
+        assert cards["emb"]["executors"] == ["cpu:0"]
         assert cards["emb"]["backend_reason"] == local.engines["emb"].choice.reason
         assert client.get("/ready").status_code == 200
         answer = client.post("/v1/embeddings", json={"model": "emb", "input": list(TEXTS)})
