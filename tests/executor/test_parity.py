@@ -163,3 +163,26 @@ def test_what_does_not_fit_the_arenas_travels_in_the_frame(executors, local, mon
             await registry.stop()
 
     asyncio.run(main())
+
+
+def test_the_deadline_travels_to_the_executor(executors):
+    """A request whose deadline has passed gets the executor batcher's 504, as in-process."""
+    import time
+
+    from core.errors import Timeout
+
+    async def main():
+        registry = remote_registry(executors.settings, executors.address)
+        await registry.start()
+        try:
+            engine = registry.engines["emb"]
+            with pytest.raises(Timeout) as caught:
+                await engine(EmbedRequest(texts=list(TEXTS)), deadline=time.monotonic() - 1.0)
+            assert caught.value.status == 504 and "deadline" in caught.value.message
+            (link,) = engine.links
+            assert link.outstanding["emb"] == 0 and link._allocator.in_use == 0
+            assert (await engine(EmbedRequest(texts=["still served"]))).vectors.shape == (1, 384)
+        finally:
+            await registry.stop()
+
+    asyncio.run(main())
