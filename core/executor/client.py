@@ -237,7 +237,7 @@ class ExecutorLink:
         offset = header.get("off")
         if offset is None:
             return wire.decode_results(header["res"], header["n"], table, b"", 0)
-        nbytes = sum(wire._padded(np.dtype(d).itemsize * c) for d, c in table)
+        nbytes = sum(wire.padded(np.dtype(d).itemsize * c) for d, c in table)
         private = np.empty(nbytes, dtype=np.uint8)  # one copy out of the arena, then the block is free again
         private[:] = np.frombuffer(self._results.map, np.uint8, nbytes, offset)
         self._free_result(offset)
