@@ -112,11 +112,15 @@ class ExecutorLink:
     # connection ---------------------------------------------------------------------------------------
     async def connect(self) -> None:
         reader, writer = await asyncio.open_unix_connection(self.socket)
-        requests = Segment.create(self.shm_prefix, REQUEST_ARENA_BYTES)
         try:
-            results = Segment.create(self.shm_prefix, RESULT_ARENA_BYTES)
+            requests = Segment.create(self.shm_prefix, REQUEST_ARENA_BYTES)
+            try:
+                results = Segment.create(self.shm_prefix, RESULT_ARENA_BYTES)
+            except OSError:
+                requests.unlink()
+                raise
         except OSError:
-            requests.unlink()
+            writer.close()
             raise
         try:
             wire.write_frame(writer, {"op": "hello", "requests": requests.name, "results": results.name})
@@ -215,12 +219,15 @@ class ExecutorLink:
         if "healthy" in header:
             self.healthy[p.model] = header["healthy"]
         op = header["op"]
-        if op == "done":
-            result = self._results_of(header, payload)
-        elif op == "whole_done":
-            result = pickle.loads(payload)
-        elif op == "error":
+        if op == "error":
             result = _error(header, self.device)
+        elif op in ("done", "whole_done"):
+            try:
+                result = self._results_of(header, payload) if op == "done" else pickle.loads(payload)
+            except (TesseraError, ValueError, TypeError, KeyError, pickle.UnpicklingError) as exc:  # this request only
+                log.exception("the answer of executor %s could not be read", self.device)
+                result = BackendFailure(f"executor {self.device}: its answer could not be read: "
+                                        f"{type(exc).__name__}: {exc}")
         else:  # cancelled
             result = NotReady(f"executor {self.device} dropped the request")
         if p.future.done():

@@ -186,3 +186,33 @@ def test_the_deadline_travels_to_the_executor(executors):
             await registry.stop()
 
     asyncio.run(main())
+
+
+def test_an_answer_that_cannot_be_read_fails_its_request_only(executors, monkeypatch):
+    from core.errors import BackendFailure
+    from core.executor import wire
+
+    decode = wire.decode_results
+    calls = []
+
+    def broken_once(*args):
+        calls.append(1)
+        if len(calls) == 1:
+            raise ValueError("cannot reshape")
+        return decode(*args)
+
+    monkeypatch.setattr(wire, "decode_results", broken_once)
+
+    async def main():
+        registry = remote_registry(executors.settings, executors.address)
+        await registry.start()
+        try:
+            engine = registry.engines["emb"]
+            with pytest.raises(BackendFailure, match="executor cpu:0: its answer could not be read"):
+                await engine(EmbedRequest(texts=["first"]))
+            assert (await engine(EmbedRequest(texts=["second"]))).vectors.shape == (1, 384)
+            assert registry.ready
+        finally:
+            await registry.stop()
+
+    asyncio.run(main())
