@@ -22,6 +22,10 @@ class SqliteStore:
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        # what the store holds in memory, whatever the corpus: a page cache of 2000 KiB (SQLite's default, set
+        # here so it stays the bound), no memory-mapped pages; the keys and vectors themselves stay on disk
+        self._db.execute("PRAGMA cache_size=-2000")
+        self._db.execute("PRAGMA mmap_size=0")
         self._db.execute("CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
         self._lock = threading.Lock()
 
