@@ -15,7 +15,7 @@ Printed, one JSON line per measurement:
   steady state, from its first whole part to its last, the work folder watched) and through
   the plain loop (one pass over the same texts), the order alternating per pair (job first, then plain
   first, ...), so a busy machine's drift hits both sides alike; the ratio per pair, then over all rows.
-- ``rss``: the job's peak RSS (the child's ``ru_maxrss``; and its ``VmHWM`` once every row is in a part,
+- ``rss``: the job's peak RSS (the job process's own ``VmHWM`` at its exit; and once every row is in a part,
   before the merge) per ``MODEL:ROWS,...``: ``default`` or ``light``
   (the same folder with a random 1-layer encoder, benchmarks/bulk_models.py: a near-free model, so a
   million rows take minutes and the job's own memory shows).
@@ -77,6 +77,26 @@ def vm_hwm_mb(pid: int) -> float | None:
     return None
 
 
+# The job run through this: at its exit it writes its own peak RSS (VmHWM, KiB) into the file named first. Its
+# ru_maxrss would not do: a child's starts at its parent's peak (the kernel keeps the larger across exec), and
+# this process's grows with the corpora it writes.
+PEAK_WRAPPER = """
+import atexit, runpy, sys
+peak_file = sys.argv.pop(1)
+
+def record():
+    with open("/proc/self/status") as status:
+        peak = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+    with open(peak_file, "w") as out:
+        out.write(peak)
+
+atexit.register(record)
+module = sys.argv[2]  # sys.argv: ["-c", "-m", MODULE, ARGS...]
+sys.argv = [module, *sys.argv[3:]]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+
 def run_job(command: list[str], kill_at: float | None = None, parts: Path | None = None, rows: int = 0,
             marks: list | None = None, phases: dict | None = None):
     """(seconds, summary stdout, peak RSS MB, killed) of one job process, with its work folder ``parts``
@@ -84,6 +104,9 @@ def run_job(command: list[str], kill_at: float | None = None, parts: Path | None
     (seconds, rows in parts) each time a part appears; ``phases``: given ``embedded`` = the peak RSS (MB)
     when every row is in a part (``complete.json`` appears), before the merge into the output."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    peak_file = Path(tempfile.mkstemp(prefix="tessera-bench-peak-")[1])
+    if command[1] == "-m":
+        command = [command[0], "-c", PEAK_WRAPPER, str(peak_file), *command[1:]]
     started = time.perf_counter()
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     killed, ended = False, None
@@ -109,7 +132,9 @@ def run_job(command: list[str], kill_at: float | None = None, parts: Path | None
     output = proc.stdout.read()
     if not killed and proc.returncode != 0:
         raise SystemExit(f"job failed ({proc.returncode}): {output}")
-    return seconds, output, usage.ru_maxrss / 1024, killed
+    recorded = peak_file.read_text().strip()
+    peak_file.unlink()
+    return seconds, output, int(recorded) / 1024 if recorded else None, killed
 
 
 def summary_value(output: str, pattern: str) -> float:
