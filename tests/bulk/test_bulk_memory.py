@@ -105,3 +105,40 @@ def test_row_groups_hold_at_most_row_group_bytes_of_vectors_for_each_vector_type
                                     (pa.uint8(), 48, 32768), (pa.float32(), 100_000, 4), (pa.float32(), 2**20, 1)]:
         schema = pa.schema([pa.field("id", pa.int64()), pa.field("embedding", pa.list_(value_type, width))])
         assert formats.row_group_rows(schema) == rows, (value_type, width)
+
+
+def test_the_job_store_keeps_a_bounded_page_cache_and_about_a_vectors_bytes_on_disk_per_text(tmp_path):
+    """The repeats store (an SQLite file in the work folder) holds 2000 KiB of pages in memory whatever the
+    corpus, and about one vector's bytes per text on disk (a WITHOUT ROWID table spilled each 1.5 KiB row into
+    an overflow page: 4.7 KB a text)."""
+    import asyncio
+    import hashlib
+    import sqlite3
+
+    from core.bulk.store import SqliteStore
+    from core.cache import encode_value
+
+    path = tmp_path / "vectors.sqlite"
+    store = SqliteStore(path)
+    value = encode_value(np.random.default_rng(0).standard_normal(WIDTH, np.float32), 13)  # 1540 bytes
+    rows = 8192
+    for batch in range(4):
+        keys = [hashlib.blake2b(f"{batch}-{i}".encode(), digest_size=20).digest() for i in range(rows // 4)]
+        asyncio.run(store.set_many({k: value for k in keys}))
+    assert asyncio.run(store.get_many([keys[0], b"absent"])) == [value, None]
+    assert store._db.execute("PRAGMA cache_size").fetchone()[0] == -2000
+    assert store._db.execute("PRAGMA mmap_size").fetchone()[0] == 0
+    store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    asyncio.run(store.close())
+    per_text = path.stat().st_size / rows
+    assert len(value) < per_text < 1.5 * len(value), per_text
+
+    # a work folder made with the earlier layout resumes on it
+    old = tmp_path / "old.sqlite"
+    with sqlite3.connect(old) as db:
+        db.execute("CREATE TABLE vectors (key BLOB PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
+        db.execute("INSERT INTO vectors VALUES (?, ?)", (b"k1", b"v1"))
+    store = SqliteStore(old)
+    asyncio.run(store.set_many({b"k1": b"other", b"k2": b"v2"}))
+    assert asyncio.run(store.get_many([b"k1", b"k2"])) == [b"v1", b"v2"]
+    asyncio.run(store.close())
