@@ -15,7 +15,8 @@ Printed, one JSON line per measurement:
   steady state, from its first whole part to its last, the work folder watched) and through
   the plain loop (one pass over the same texts), the order alternating per pair (job first, then plain
   first, ...), so a busy machine's drift hits both sides alike; the ratio per pair, then over all rows.
-- ``rss``: the job's peak RSS (the child's ``ru_maxrss``) per ``MODEL:ROWS,...``: ``default`` or ``light``
+- ``rss``: the job's peak RSS (the job process's own ``VmHWM`` at its exit; and once every row is in a part,
+  before the merge) per ``MODEL:ROWS,...``: ``default`` or ``light``
   (the same folder with a random 1-layer encoder, benchmarks/bulk_models.py: a near-free model, so a
   million rows take minutes and the job's own memory shows).
 - ``repeats``: a corpus with 10% of its rows repeating earlier texts: the texts the model embedded / rows.
@@ -64,12 +65,48 @@ def parts_done(parts: Path) -> int:
     return sum(int(p.stem.split("-")[2]) - int(p.stem.split("-")[1]) for p in parts.glob("part-*.parquet"))
 
 
+def vm_hwm_mb(pid: int) -> float | None:
+    """A running process's peak RSS so far (``VmHWM``), MB."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+# The job run through this: at its exit it writes its own peak RSS (VmHWM, KiB) into the file named first. Its
+# ru_maxrss would not do: a child's starts at its parent's peak (the kernel keeps the larger across exec), and
+# this process's grows with the corpora it writes.
+PEAK_WRAPPER = """
+import atexit, runpy, sys
+peak_file = sys.argv.pop(1)
+
+def record():
+    with open("/proc/self/status") as status:
+        peak = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+    with open(peak_file, "w") as out:
+        out.write(peak)
+
+atexit.register(record)
+module = sys.argv[2]  # sys.argv: ["-c", "-m", MODULE, ARGS...]
+sys.argv = [module, *sys.argv[3:]]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+
 def run_job(command: list[str], kill_at: float | None = None, parts: Path | None = None, rows: int = 0,
-            marks: list | None = None):
+            marks: list | None = None, phases: dict | None = None):
     """(seconds, summary stdout, peak RSS MB, killed) of one job process, with its work folder ``parts``
     watched: ``kill_at``: SIGKILL it once parts cover that share of ``rows``; ``marks``: filled with
-    (seconds, rows in parts) each time a part appears."""
+    (seconds, rows in parts) each time a part appears; ``phases``: given ``embedded`` = the peak RSS (MB)
+    when every row is in a part (``complete.json`` appears), before the merge into the output."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    peak_file = Path(tempfile.mkstemp(prefix="tessera-bench-peak-")[1])
+    if command[1] == "-m":
+        command = [command[0], "-c", PEAK_WRAPPER, str(peak_file), *command[1:]]
     started = time.perf_counter()
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     killed, ended = False, None
@@ -80,6 +117,8 @@ def run_job(command: list[str], kill_at: float | None = None, parts: Path | None
             if marks is not None and done > last:
                 marks.append((time.perf_counter() - started, done))
                 last = done
+            if phases is not None and "embedded" not in phases and (parts / "complete.json").exists():
+                phases["embedded"] = vm_hwm_mb(proc.pid)
             if kill_at is not None and done >= kill_at * rows:
                 proc.send_signal(signal.SIGKILL)
                 killed = True
@@ -93,7 +132,9 @@ def run_job(command: list[str], kill_at: float | None = None, parts: Path | None
     output = proc.stdout.read()
     if not killed and proc.returncode != 0:
         raise SystemExit(f"job failed ({proc.returncode}): {output}")
-    return seconds, output, usage.ru_maxrss / 1024, killed
+    recorded = peak_file.read_text().strip()
+    peak_file.unlink()
+    return seconds, output, int(recorded) / 1024 if recorded else None, killed
 
 
 def summary_value(output: str, pattern: str) -> float:
@@ -188,8 +229,12 @@ def main(argv: list[str] | None = None) -> int:
                 corpus = work / f"rss-{rows}.jsonl"
                 write_corpus(corpus, rows, seed=rows)
                 out = work / f"rss-{name}-{rows}.parquet"
-                seconds, output, rss, _ = run_job(job(corpus, out, folder, args.threads))
+                phases = {}
+                seconds, output, rss, _ = run_job(job(corpus, out, folder, args.threads),
+                                                  parts=Path(f"{out}.parts"), phases=phases)
+                embedded = phases.get("embedded")
                 show({"measure": "rss", "model": name, "rows": rows, "peak_rss_mb": round(rss),
+                      "peak_rss_before_merge_mb": embedded and round(embedded),
                       "seconds": round(seconds, 1), "embeddings_per_s": summary_value(output, r"embeddings/s: ([\d.]+)"),
                       "output_mb": round(out.stat().st_size / 2**20), "loadavg_1m": round(os.getloadavg()[0], 2)})
                 corpus.unlink()

@@ -297,10 +297,12 @@ def seed_volume(name: str = DEFAULT_MODEL, model: str = "", revision: str = "", 
 def bulk(input: str, output: str = "embeddings.parquet", text_column: str = "text", id_column: str = "",
          model: str = "", dimensions: int = 0, prompt_name: str = "", embedding_type: str = "float",
          shard_size: int = 2048, rows_per_part: int = 8192) -> None:
-    """``python -m core embed`` on the GPU class (docs/bulk.md): the input (a local path or s3://; Parquet,
-    JSON Lines, CSV or text lines) is read here, each text never seen before is sent once to
+    """``python -m core embed`` on the GPU class (docs/bulk.md): the input (a local path, s3:// or
+    volume://NAME/PATH, a file on a Modal Volume fetched here; Parquet, JSON Lines, CSV or text lines) is
+    read here, each text never seen before is sent once to
     ``embed_shard``, ``.map`` over shards in order, and the vectors are written here as the local job
-    writes them (Parquet, resumable: run the same command again after an interruption)."""
+    writes them (Parquet, resumable: run the same command again after an interruption; a volume:// output
+    is uploaded to its Volume once whole)."""
     from core.bulk.job import JobOptions
     from core.bulk.modal_runner import run_modal_job
     from core.config import settings_from_env

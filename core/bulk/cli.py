@@ -20,9 +20,11 @@ def add_embed_parser(sub) -> None:
                     "options in the file's metadata). Killed, the same command resumes; run again once "
                     "finished, it does nothing. Repeated texts are embedded once. See docs/bulk.md.")
     io = embed.add_argument_group("input and output")
-    io.add_argument("--input", required=True, help="a local path or s3:// URI (.parquet, .jsonl, .csv/.tsv, or "
+    io.add_argument("--input", required=True, help="a local path, s3:// URI or, with --on modal, volume://NAME/PATH "
+                    "(a file on a Modal Volume) (.parquet, .jsonl, .csv/.tsv, or "
                     "text: one text per line)")
-    io.add_argument("--output", required=True, help="the Parquet file to write (local path or s3:// URI)")
+    io.add_argument("--output", required=True, help="the Parquet file to write (local path, s3:// URI or, with "
+                    "--on modal, volume://NAME/PATH)")
     _add_columns(io)
     io.add_argument("--work-dir", default=None, help="where parts are kept until the output is whole "
                     "(default OUTPUT.parts; for an s3:// output, under cache_dir)")
@@ -176,6 +178,10 @@ def run_embed(args: argparse.Namespace, settings) -> int:
     configure_logging("warning" if settings.log_level == "info" else settings.log_level, fmt=settings.log_format)
     try:
         options = options_from_args(args)
+        if args.on != "modal":
+            from core.bulk.modal_volume import refuse_off_modal
+
+            refuse_off_modal(options, args.on)
         if args.on == "ray":
             from core.bulk.ray_runner import run_ray
 

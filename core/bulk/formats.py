@@ -222,6 +222,31 @@ def output_schema(id_name: str, sample_id: Any, vectors, metadata: dict):
                      metadata={METADATA_KEY: json.dumps(metadata, sort_keys=True).encode()})
 
 
+#: the vectors' bytes per row group of a part and of the output (a power of two of rows under it): what the
+#: writer, and the merge reading a part, hold at a time. Whole parts in one row group (8192 rows of 384 float32:
+#: 12 MiB per buffer, several buffers at a time) made the process's peak grow with the number of parts merged.
+ROW_GROUP_BYTES = 2 << 20
+
+
+def row_group_rows(schema) -> int:
+    """Rows per row group for ``schema``'s vectors: the largest power of two whose vectors fit
+    :data:`ROW_GROUP_BYTES` (at least 1; 1024 rows of 384 float32, 4096 of 384 int8)."""
+    kind = schema.field("embedding").type
+    row_bytes = max(1, kind.list_size * kind.value_type.bit_width // 8)
+    rows = 1
+    while rows * 2 * row_bytes <= ROW_GROUP_BYTES:
+        rows *= 2
+    return rows
+
+
+def writer_options(schema) -> dict:
+    """Parquet writer options for a part and the output: no dictionary and no min/max statistics for the
+    vectors (neither helps float or quantized components, and the dictionary is tried per row group), the
+    id column as pyarrow writes it by default."""
+    id_name = schema.field(0).name
+    return {"use_dictionary": [id_name], "write_statistics": [id_name]}
+
+
 def table_of(schema, ids: list, vectors):
     pa = pyarrow()
     import numpy as np

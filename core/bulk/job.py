@@ -331,7 +331,9 @@ def write_part(work: Path, start: int, ids: list, vectors, metadata: dict, id_na
     pq = formats.require("pyarrow.parquet", "bulk")
     schema = formats.output_schema(id_name, ids[0] if ids else None, vectors, metadata)
     table = formats.table_of(schema, ids, vectors)
-    write_atomic(work / PART.format(start=start, end=start + len(ids)), lambda p: pq.write_table(table, str(p)))
+    write_atomic(work / PART.format(start=start, end=start + len(ids)),
+                 lambda p: pq.write_table(table, str(p), row_group_size=formats.row_group_rows(schema),
+                                          **formats.writer_options(schema)))
 
 
 def finish(state: WorkState, options: JobOptions, summary: Summary, started: float) -> Summary:
@@ -424,7 +426,11 @@ async def _embed_parts(embedder: ChunkEmbedder, options: JobOptions, work: Path,
 
 def merge_parts(work: Path, output: str, metadata: dict) -> int:
     """The parts, in row order, into ``output`` (written beside it and renamed; a URI is written in place),
-    with ``metadata`` (and the row count) under the ``tessera`` key. Returns the rows."""
+    with ``metadata`` (and the row count) under the ``tessera`` key. Returns the rows.
+
+    Memory stays that of one row group (:func:`formats.row_group_rows`) whatever the number of parts: each
+    part is read a row group at a time, in this thread, and written in row groups of that size (rows left
+    at a part's end are carried into the next part's first group, so every group but the last is whole)."""
     pa = formats.pyarrow()
     pq = formats.require("pyarrow.parquet", "bulk")
     parts = done_parts(work)
@@ -436,11 +442,25 @@ def merge_parts(work: Path, output: str, metadata: dict) -> int:
         schema = pa.schema([pa.field("id", pa.int64()), pa.field("embedding", pa.list_(pa.float32(), 1))])
     schema = schema.with_metadata({formats.METADATA_KEY: json.dumps(full, sort_keys=True).encode()})
 
+    group = formats.row_group_rows(schema)
+
     def write(target) -> None:
-        with pq.ParquetWriter(target, schema) as writer:
+        with pq.ParquetWriter(target, schema, **formats.writer_options(schema)) as writer:
+            pending, held = [], 0  # batches not yet written: fewer than `group` rows between parts
             for _, _, path in parts:
-                for batch in pq.ParquetFile(path).iter_batches():
-                    writer.write_batch(batch.replace_schema_metadata(schema.metadata))
+                source = pq.ParquetFile(path, pre_buffer=False)
+                for batch in source.iter_batches(batch_size=group, use_threads=False):
+                    pending.append(batch.replace_schema_metadata(schema.metadata))
+                    held += batch.num_rows
+                    if held >= group:
+                        table = pa.Table.from_batches(pending, schema)
+                        whole = held - held % group
+                        writer.write_table(table.slice(0, whole), row_group_size=group)
+                        pending = table.slice(whole).to_batches() if whole < held else []
+                        held -= whole
+                source.close()
+            if held:
+                writer.write_table(pa.Table.from_batches(pending, schema), row_group_size=group)
 
     if formats.is_uri(output):
         fs_mod = formats.require("pyarrow.fs", "bulk")

@@ -12,7 +12,7 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -49,13 +49,20 @@ def _decode(value: bytes) -> np.ndarray:
 
 
 def run_modal_job(settings, options: JobOptions, embed_map: Callable[[list[list[str]], dict], Iterable],
-                  describe: Callable[[], dict], *, shard_size: int = 2048, window: int = 8) -> Summary:
+                  describe: Callable[[], dict], *, shard_size: int = 2048, window: int = 8,
+                  volume_of: Callable[[str], Any] | None = None) -> Summary:
     """The job with ``embed_map(shards, options)`` (the class's ``embed_shard.map``, in order) doing the
-    model work and ``describe()`` (its ``describe_model``) naming the model."""
+    model work and ``describe()`` (its ``describe_model``) naming the model. A ``volume://NAME/PATH`` input
+    or output is read or written through ``volume_of(NAME)`` (default ``modal.Volume.from_name``;
+    core/bulk/modal_volume.py)."""
+    from core.bulk.modal_volume import VolumeFiles, is_volume
     from core.bulk.store import SqliteStore
 
     started = time.monotonic()
     summary = Summary(output=options.output)
+    volumes = None
+    if is_volume(options.input) or is_volume(options.output):
+        volumes = VolumeFiles(options, settings.cache_dir, volume_of or _volume_from_name)
     model = describe()
     if options.dimensions:
         model["dimension"] = options.dimensions
@@ -63,8 +70,13 @@ def run_modal_job(settings, options: JobOptions, embed_map: Callable[[list[list[
                    "text_column": options.text_column, "id_column": options.id_column,
                    "model": {"served": model["name"], "identity": model["identity"]},
                    "options": options.vector_options()}
+    if volumes is not None:
+        volumes.fetch_input()
+        options = volumes.local_options  # the job runs on this machine's copies; its description keeps the URIs
     state = begin(settings, options, summary, description)
     if state is None:
+        if volumes is not None:
+            volumes.publish_output()
         return summary
     if not state.complete:
         record_model(state.work, model)
@@ -75,7 +87,16 @@ def run_modal_job(settings, options: JobOptions, embed_map: Callable[[list[list[
                          window)
         finally:
             asyncio.run(store.close())
-    return finish(state, options, summary, started)
+    finish(state, options, summary, started)
+    if volumes is not None:
+        volumes.publish_output()
+    return summary
+
+
+def _volume_from_name(name: str):
+    from core.errors import require
+
+    return require("modal", "modal").Volume.from_name(name)
 
 
 def _embed_parts(store, prefix: bytes, options, work: Path, resume: int, model: dict, summary: Summary, embed_map,
@@ -140,4 +161,5 @@ def run_modal(settings, options: JobOptions, *, app_name: str = "tessera", shard
             describe=lambda: tessera.describe_model.remote(options.model), shard_size=shard_size)
     except modal.exception.Error as exc:  # the parts written so far stay: the same command resumes
         raise JobError(f"Modal: {exc} (the app must be deployed: modal deploy adapters/modal/app.py, with "
-                       f"--modal-app naming it; got {app_name!r})") from None
+                       f"--modal-app naming it; got {app_name!r}; a volume:// file is on a Volume of the same "
+                       "account)") from None

@@ -22,7 +22,14 @@ class SqliteStore:
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
+        # what the store holds in memory, whatever the corpus: a page cache of 2000 KiB (SQLite's default, set
+        # here so it stays the bound), no memory-mapped pages; the keys and vectors themselves stay on disk
+        self._db.execute("PRAGMA cache_size=-2000")
+        self._db.execute("PRAGMA mmap_size=0")
+        # a rowid table: a vector (1.5 KiB for 384 float32) fits its leaf page; in a WITHOUT ROWID table a row
+        # over ~1 KB spills into an overflow page of its own (4.7 KB on disk per text against 2.1 KB here, and
+        # inserts 6x slower). A work folder made with the earlier layout keeps it: the statements are the same.
+        self._db.execute("CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, value BLOB NOT NULL)")
         self._lock = threading.Lock()
 
     async def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
