@@ -154,6 +154,10 @@ class Batcher:
     def depth(self) -> int:
         return len(self._queue)
 
+    def running_batches(self) -> list[asyncio.Task]:
+        """The batches running now (their items are still read until these end)."""
+        return list(self._running)
+
     @property
     def _busy(self) -> bool:
         return self._active > 0

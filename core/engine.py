@@ -14,7 +14,8 @@ from core.backends.base import Backend
 from core.backends.registry import Choice, choose, create_backend
 from core.batching import Batcher, BatchStats
 from core.config import ModelSpec, Settings
-from core.errors import BackendFailure, ModelNotFound, NotReady, OutOfMemory, StartupFailed, TesseraError, TooLarge, Unsupported
+from core.devices import is_device_list
+from core.errors import BackendFailure, ConfigError, ModelNotFound, NotReady, OutOfMemory, StartupFailed, TesseraError, TooLarge, Unsupported
 from core.hub import resolve_source
 from core.loading import detect_task, read_model_info
 from core.metrics import Metrics
@@ -73,6 +74,7 @@ class Engine:
         """Read the folder, choose and load the backend, build the task, warm up (blocking: call from a
         thread at start-up; ``/ready`` answers 200 only after it). A Hub id is first resolved to its cached
         snapshot (fetched when missing and the Hub is reachable)."""
+        refuse_device_list(spec)
         source = resolve_source(spec)
         spec = source.spec
         info = read_model_info(spec.path, max_length=spec.max_length)
@@ -251,6 +253,9 @@ class Registry:
         warm-up to the caller (:meth:`warm_up`), or skips it (Lambda's on-demand init)."""
         registry = cls(allow_degraded=settings.allow_degraded)
         specs = settings.model_specs()
+        problems = [problem for spec in specs if (problem := device_list_problem(spec)) is not None]
+        if problems:
+            raise ConfigError(problems)
         for index, spec in enumerate(specs, 1):
             started = time.monotonic()
             log.info("loading model %d/%d: %s (%s)", index, len(specs), spec.served_name, spec.path)
@@ -387,6 +392,22 @@ class Registry:
             raise RuntimeError("the batchers were started in another event loop; they cannot move")
         await self.start()
         self._loop = loop
+
+
+def device_list_problem(spec: ModelSpec) -> str | None:
+    """A spec whose ``device`` lists several devices (``cuda:0,cuda:1``, ``cuda:*``, ``cpu:N``) is served by one
+    executor process per device (``core.executor``), never by a model in this process."""
+    if not is_device_list(spec.device):
+        return None
+    return (f"model {spec.served_name!r}: device {spec.device!r} names devices served by executor processes, one per "
+            "device; they run when the server has front-end processes (frontends > 1, TESSERA_FRONTENDS), not in a "
+            "single-process server: name one device (cpu, cuda, cuda:N) or set frontends")
+
+
+def refuse_device_list(spec: ModelSpec) -> None:
+    problem = device_list_problem(spec)
+    if problem is not None:
+        raise ConfigError([problem])
 
 
 def _fields(described) -> str:

@@ -1,0 +1,285 @@
+"""The executor process: one per device. It loads the models of its device with ``Engine.load`` (weights,
+warm-up), runs each model's ``Batcher`` and serves the front ends on a Unix domain socket; the items of
+every front end meet in one queue per model.
+
+Per connection the front end creates two arenas (``core.executor.shm``): requests (its allocator) and
+results (this process's allocator). A ``submit`` names where its items lie; the items are built as numpy
+views there (``wire.decode_items``), submitted to the model's batcher, and the results written into the
+result arena (``wire.encode_results``); the reply names where, with the model's queue depth. The front end
+frees the result block (``free``) once it copied it; its own request block it frees on the reply, which
+therefore comes only once no batch reads the items any more. ``cancel`` drops a request's queued items
+(its caller went away). Multi-modal and chat-message requests (``whole``) are sent as one object per
+request and run through the whole ``Engine.__call__`` here: their items are not token arrays."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import os
+import pickle
+import signal
+import sys
+import time
+from typing import Any
+
+from core.errors import NotReady, Overloaded, TesseraError, Timeout
+from core.executor import wire
+from core.executor.shm import Allocator, Segment
+
+log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Linux: SIGKILL this process when its parent dies (``prctl(PR_SET_PDEATHSIG)``); if the parent is
+    already gone (it died before the call), exit now."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            log.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def model_report(engine) -> dict:
+    """What a front end needs to build the model's task without its weights (``core.executor.client``)."""
+    backend = engine.backend
+    return {
+        "spec": engine.spec.model_dump(mode="json"),
+        "task": engine.task.name,
+        "max_length": engine.task.info.max_length,
+        "choice": {"backend": engine.choice.backend, "reason": engine.choice.reason, "dtype": engine.choice.dtype},
+        "model_sha": engine.model_sha,
+        "backend": {
+            "name": backend.name,
+            "describe": backend.describe(),
+            "max_batch_size": backend.max_batch_size,
+            "max_sequence_length": backend.max_sequence_length,
+            "lanes": backend.lanes,
+            "masks_attention": backend.masks_attention,
+            "default_adapter": backend.default_adapter,
+            "served_file": str(getattr(backend, "served_file", None) or "") or None,
+        },
+    }
+
+
+class ExecutorServer:
+    def __init__(self, engines: dict[str, Any], device: str):
+        self.engines = engines
+        self.device = device
+        self.connections: set[_Connection] = set()
+        self.server: asyncio.AbstractServer | None = None
+        self.stopping = asyncio.Event()
+
+    async def serve(self, path: str) -> None:
+        for engine in self.engines.values():
+            await engine.start()
+        self.server = await asyncio.start_unix_server(self._connected, path=path)
+
+    async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = _Connection(self, reader, writer)
+        self.connections.add(conn)
+        try:
+            await conn.run()
+        finally:
+            self.connections.discard(conn)
+
+    async def drain_and_stop(self, timeout: float) -> None:
+        """Stop taking work, finish what is queued (within ``timeout``), then close."""
+        if self.server is not None:
+            self.server.close()
+        deadline = time.monotonic() + timeout
+        for conn in list(self.connections):
+            conn.accepting = False
+        while any(conn.tasks for conn in self.connections) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for engine in self.engines.values():
+            await engine.stop(drain=True, timeout=max(0.0, deadline - time.monotonic()))
+        for conn in list(self.connections):
+            conn.close()
+
+
+class _Connection:
+    def __init__(self, server: ExecutorServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.server = server
+        self.reader, self.writer = reader, writer
+        self.tasks: dict[int, asyncio.Task] = {}
+        self.requests: Segment | None = None
+        self.results: Segment | None = None
+        self.allocator: Allocator | None = None
+        self.accepting = True
+
+    async def run(self) -> None:
+        try:
+            header, _ = await wire.read_frame(self.reader)
+            if header.get("op") != "hello":
+                return
+            self.requests = Segment.attach(header["requests"])
+            self.results = Segment.attach(header["results"])
+            self.allocator = Allocator(self.results.size)
+            wire.write_frame(self.writer, {"op": "welcome", "device": self.server.device, "pid": os.getpid()})
+            while True:
+                header, payload = await wire.read_frame(self.reader)
+                op = header["op"]
+                if op == "submit":
+                    self._free(header.get("free"))
+                    self.tasks[header["id"]] = asyncio.create_task(self._submit(header, payload))
+                elif op == "free":
+                    self._free(header["free"])
+                elif op == "cancel":
+                    task = self.tasks.get(header["id"])
+                    if task is not None:
+                        task.cancel()
+                elif op == "whole":
+                    self.tasks[header["id"]] = asyncio.create_task(self._whole(header, payload))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the front end went away
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for task in self.tasks.values():
+            task.cancel()
+        self.tasks.clear()
+        if not self.writer.is_closing():
+            self.writer.close()
+        for segment in (self.requests, self.results):  # the front end is gone: nobody else unlinks them
+            if segment is not None:
+                segment.unlink()
+                segment.close()
+
+    def _free(self, offsets) -> None:
+        if offsets:
+            for offset in offsets:
+                self.allocator.free(offset)
+
+    def _send(self, header: dict, payload=None) -> None:
+        if not self.writer.is_closing():
+            wire.write_frame(self.writer, header, payload)
+
+    async def _settle(self, engine) -> None:
+        """Wait for the batches running now: a request given up (cancelled, past its deadline) may have items
+        in one, reading the request arena, which the front end reuses once it has the reply."""
+        running = engine.batcher.running_batches()
+        if running:
+            await asyncio.wait(running)
+
+    async def _submit(self, header: dict, payload: bytes | None) -> None:
+        rid = header["id"]
+        engine = self.server.engines.get(header["model"])
+        try:
+            if engine is None:
+                raise NotReady(f"executor {self.server.device} does not serve model {header['model']!r}")
+            if not self.accepting:
+                raise NotReady(f"executor {self.server.device} is shutting down")
+            buf = self.requests.map if payload is None else payload
+            offset = header["off"] if payload is None else 0
+            items = wire.decode_items(header["items"], header["table"], buf, offset)
+            costs = [it.cost for it in items]
+            ttl = header.get("ttl")
+            deadline = None if ttl is None else time.monotonic() + ttl
+            try:
+                results = await engine.batcher.submit(items, costs=costs, deadline=deadline, group=header.get("group"))
+            except (asyncio.CancelledError, Timeout):
+                await asyncio.shield(self._settle(engine))
+                raise
+            del items
+            self._reply_results(rid, engine, results)
+        except asyncio.CancelledError:
+            self._send({"op": "cancelled", "id": rid})
+        except TesseraError as exc:
+            self._send(_error_header(rid, exc, engine))
+        except Exception as exc:  # decoding or encoding failed: this request only
+            log.exception("request %s on executor %s failed", rid, self.server.device)
+            self._send({"op": "error", "id": rid, "cls": "BackendFailure",
+                        "message": f"executor {self.server.device}: {type(exc).__name__}: {exc}"})
+        finally:
+            self.tasks.pop(rid, None)
+
+    def _reply_results(self, rid: int, engine, results: list) -> None:
+        desc, writer = wire.encode_results(results)
+        header = {"op": "done", "id": rid, "n": len(results), "res": desc, "table": writer.table,
+                  "depth": engine.batcher.depth, "healthy": engine.healthy}
+        offset = self.allocator.alloc(writer.nbytes) if writer.nbytes else None
+        if offset is not None:
+            writer.write(self.results.map, offset)
+            header["off"] = offset
+            self._send(header)
+        elif writer.nbytes:  # no room in the arena: the payload carries them
+            payload = bytearray(writer.nbytes)
+            writer.write(payload, 0)
+            self._send(header, payload)
+        else:
+            self._send(header)
+
+    async def _whole(self, header: dict, payload: bytes) -> None:
+        rid = header["id"]
+        engine = self.server.engines.get(header["model"])
+        try:
+            if engine is None:
+                raise NotReady(f"executor {self.server.device} does not serve model {header['model']!r}")
+            request = pickle.loads(payload)
+            ttl = header.get("ttl")
+            result = await engine(request, deadline=None if ttl is None else time.monotonic() + ttl)
+            self._send({"op": "whole_done", "id": rid, "depth": engine.batcher.depth, "healthy": engine.healthy},
+                       pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+        except asyncio.CancelledError:
+            self._send({"op": "cancelled", "id": rid})
+        except TesseraError as exc:
+            self._send(_error_header(rid, exc, engine))
+        except Exception as exc:
+            log.exception("request %s on executor %s failed", rid, self.server.device)
+            self._send({"op": "error", "id": rid, "cls": "BackendFailure",
+                        "message": f"executor {self.server.device}: {type(exc).__name__}: {exc}"})
+        finally:
+            self.tasks.pop(rid, None)
+
+
+def _error_header(rid: int, exc: TesseraError, engine) -> dict:
+    header = {"op": "error", "id": rid, "cls": type(exc).__name__, "message": exc.message, "param": exc.param,
+              "code": exc.code}
+    if isinstance(exc, Overloaded) or getattr(exc, "retry_after", None) is not None:
+        header["retry_after"] = exc.retry_after
+    if engine is not None:
+        header["depth"] = engine.batcher.depth
+    return header
+
+
+# ---- the process --------------------------------------------------------------------------------------
+def executor_main(settings, device: str, specs: list, socket_path: str, conn, parent_pid: int) -> None:
+    """The executor process's entry point (``multiprocessing`` spawn): load, report, serve until SIGTERM."""
+    die_with_parent(parent_pid)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from core.engine import Engine
+    from core.logs import configure_logging
+
+    configure_logging(settings.log_level, fmt=settings.log_format)
+    engines = {}
+    for spec in specs:
+        try:
+            engines[spec.served_name] = Engine.load(spec, settings)
+        except TesseraError as exc:
+            conn.send(("failed", spec.served_name, exc.message))
+            return
+        except (OSError, ValueError, RuntimeError, ImportError) as exc:
+            conn.send(("failed", spec.served_name, f"{type(exc).__name__}: {exc}"))
+            return
+    report = {name: model_report(engine) for name, engine in engines.items()}
+    asyncio.run(_serve(engines, device, socket_path, conn, report, settings.shutdown_grace_s))
+
+
+async def _serve(engines: dict, device: str, socket_path: str, conn, report: dict, grace: float) -> None:
+    server = ExecutorServer(engines, device)
+    await server.serve(socket_path)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    conn.send(("ready", report))
+    conn.close()
+    log.info("executor %s (pid %d) serves %s", device, os.getpid(), ", ".join(engines))
+    await stop.wait()
+    log.info("executor %s: draining", device)
+    await server.drain_and_stop(grace)

@@ -1,0 +1,224 @@
+"""``ExecutorSet``: the executor processes of a server, one per device, started and watched by the
+supervisor process (which loads no model itself).
+
+Every executor is a ``multiprocessing`` *spawn* child (a fresh interpreter: no state of the supervisor
+inherited), in the supervisor's process group, that dies with it (``PR_SET_PDEATHSIG``, set by the child
+first thing; Linux ties it to the *thread* that started the child, so start and restart from a thread that
+lives as long as the executors: the main thread). ``address`` is a private run directory: the executors'
+sockets and ``executors.json`` (each device's socket and what its models are), which a front end reads
+(``core.executor.client.remote_registry``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+import secrets
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.config import Settings
+from core.devices import expand_devices, runtime_device
+from core.errors import ConfigError, StartupFailed
+from core.executor import shm
+
+log = logging.getLogger(__name__)
+
+ADDRESS_FILE = "executors.json"
+
+
+def plan(settings: Settings, environ=os.environ) -> dict[str, list]:
+    """Device → the specs its executor loads (each with the device it runs on: ``cpu:N`` → ``cpu``); a model
+    whose ``device`` lists several devices is in each of their executors."""
+    devices: dict[str, list] = {}
+    problems = []
+    for spec in settings.model_specs():
+        try:
+            names = expand_devices(spec.device, environ)
+        except ValueError as exc:
+            problems.append(f"model {spec.served_name!r}: {exc}")
+            continue
+        for device in names:
+            devices.setdefault(device, []).append(spec.model_copy(update={"device": runtime_device(device)}))
+    if problems:
+        raise ConfigError(problems)
+    return devices
+
+
+@dataclass
+class _Executor:
+    device: str
+    specs: list
+    socket: str
+    process: Any = None
+    report: dict = field(default_factory=dict)
+    pipe: Any = None
+
+
+class ExecutorSet:
+    def __init__(self, settings: Settings, run_dir: Path, executors: dict[str, _Executor]):
+        self.settings = settings
+        self.run_dir = run_dir
+        self.executors = executors
+        #: the names of the shared-memory segments the front ends create for this set (removed by ``stop``)
+        self.shm_prefix = f"{shm.NAME_PREFIX}-{os.getpid()}-{secrets.token_hex(3)}"
+        self._context = multiprocessing.get_context("spawn")
+
+    @classmethod
+    def start(cls, settings: Settings) -> "ExecutorSet":
+        """Spawn one executor per device and block until each has loaded and warmed its models;
+        ``StartupFailed`` naming the model and device when one cannot (the others are stopped)."""
+        devices = plan(settings)
+        run_dir = Path(tempfile.mkdtemp(prefix="tessera-run-"))
+        executors = {device: _Executor(device, specs, str(run_dir / f"{device.replace(':', '-')}.sock"))
+                     for device, specs in devices.items()}
+        self = cls(settings, run_dir, executors)
+        try:
+            for executor in executors.values():
+                self._spawn(executor)
+            for executor in executors.values():
+                self._wait_ready(executor)
+        except BaseException:
+            self.stop(timeout=5.0)
+            raise
+        self._write_address()
+        return self
+
+    @property
+    def address(self) -> str:
+        return str(self.run_dir)
+
+    @property
+    def pids(self) -> list[int]:
+        return [e.process.pid for e in self.executors.values() if e.process is not None and e.process.pid]
+
+    def check(self) -> str | None:
+        """None while every executor lives, else why not (``executor cpu:1 exited with signal 9``)."""
+        for executor in self.executors.values():
+            why = _exit_reason(executor)
+            if why is not None:
+                return why
+        return None
+
+    def restart(self) -> list[str]:
+        """Start again each executor that exited (its models load again); the devices restarted."""
+        restarted = []
+        for executor in self.executors.values():
+            if _exit_reason(executor) is None:
+                continue
+            log.warning("%s; restarting it", _exit_reason(executor))
+            executor.process.join(timeout=1.0)
+            self._spawn(executor)
+            self._wait_ready(executor)
+            restarted.append(executor.device)
+        if restarted:
+            self._write_address()
+        return restarted
+
+    def stop(self, timeout: float) -> None:
+        """SIGTERM every executor (each finishes the work it has queued), wait up to ``timeout`` seconds,
+        SIGKILL those left; then remove the run directory and any shared-memory segment left behind."""
+        alive = [e.process for e in self.executors.values() if e.process is not None and e.process.is_alive()]
+        for process in alive:
+            try:
+                os.kill(process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout
+        for process in alive:
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
+        for process in alive:
+            if process.is_alive():
+                log.warning("executor pid %d did not stop within %.1fs: killed", process.pid, timeout)
+                process.kill()
+                process.join(timeout=5.0)
+        for executor in self.executors.values():
+            if executor.process is not None and executor.process.exitcode is not None:
+                executor.process.close()
+            executor.process = None
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        remove_segments(self.shm_prefix)
+
+    # -----------------------------------------------------------------------------------------------------
+    def _spawn(self, executor: _Executor) -> None:
+        from core.executor.server import executor_main
+
+        Path(executor.socket).unlink(missing_ok=True)
+        receive, send = self._context.Pipe(duplex=False)
+        process = self._context.Process(
+            target=executor_main, name=f"tessera-executor-{executor.device}",
+            args=(self.settings, executor.device, executor.specs, executor.socket, send, os.getpid()))
+        process.start()
+        send.close()
+        executor.process = process
+        executor.pipe = receive
+
+    def _wait_ready(self, executor: _Executor) -> None:
+        pipe = executor.pipe
+        models = ", ".join(s.served_name for s in executor.specs)
+        try:
+            while True:
+                if pipe.poll(0.2):
+                    try:
+                        message = pipe.recv()
+                    except EOFError:
+                        message = None
+                    if message is not None and message[0] == "ready":
+                        executor.report = message[1]
+                        return
+                    if message is not None and message[0] == "failed":
+                        raise StartupFailed(f"model {message[1]!r} failed to load on {executor.device}: {message[2]}")
+                    executor.process.join(timeout=5.0)
+                    raise StartupFailed(f"executor {executor.device} ({models}) {_describe_exit(executor.process)} "
+                                        "while loading")
+                if not executor.process.is_alive():
+                    raise StartupFailed(f"executor {executor.device} ({models}) {_describe_exit(executor.process)} "
+                                        "while loading")
+        finally:
+            pipe.close()
+
+    def _write_address(self) -> None:
+        data = {"shm_prefix": self.shm_prefix,
+                "executors": {e.device: {"socket": e.socket, "pid": e.process.pid, "models": e.report}
+                              for e in self.executors.values()}}
+        tmp = self.run_dir / (ADDRESS_FILE + ".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(self.run_dir / ADDRESS_FILE)
+
+
+def _describe_exit(process) -> str:
+    code = process.exitcode
+    if code is None:
+        return "is running"
+    if code < 0:
+        try:
+            return f"exited with signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"exited with signal {-code}"
+    return f"exited with code {code}"
+
+
+def _exit_reason(executor: _Executor) -> str | None:
+    process = executor.process
+    if process is None:
+        return f"executor {executor.device} is not running"
+    if process.is_alive():
+        return None
+    return f"executor {executor.device} (pid {process.pid}) {_describe_exit(process)}"
+
+
+def remove_segments(prefix: str) -> list[str]:
+    """Unlink every shared-memory segment whose name starts with ``prefix`` (Linux: /dev/shm)."""
+    removed = []
+    root = Path("/dev/shm")
+    if root.is_dir():
+        for path in root.glob(prefix + "*"):
+            shm.unlink(path.name)
+            removed.append(path.name)
+    return removed
