@@ -359,8 +359,10 @@ def main(argv: list[str] | None = None) -> int:
     from core.frontends import plan_for
 
     plan = plan_for(settings)
-    if plan.count > 1:
-        return serve_frontends(settings, plan)
+    if plan.count > 1:  # a supervisor, the executors and the front ends (core/supervisor.py)
+        from core.api.frontend import serve_with_frontends
+
+        return serve_with_frontends(settings, plan)
     logging.getLogger("tessera").info("one process: %s", plan.reason)
     taken = port_in_use(settings.host, int(settings.port))  # before minutes of loading, not after
     if taken:
@@ -385,20 +387,3 @@ def main(argv: list[str] | None = None) -> int:
                 **uvicorn_log_options(settings.log_format))
     return 0
 
-
-#: the program of one front end (core/api/frontend.py), started by the supervisor
-FRONTEND_COMMAND = [sys.executable, "-m", "core.api.frontend"]
-
-
-def executor_starter():
-    """What starts the model executors of a server with several front ends, or None while this build has
-    none (each front end then loads the models itself)."""
-    return None
-
-
-def serve_frontends(settings: Settings, plan, *, extra: dict | None = None) -> int:
-    """``serve`` with ``plan.count`` front ends (core/supervisor.py): the supervisor binds the port, starts the
-    executors and the front ends, and returns the exit status."""
-    from core.supervisor import Supervisor
-
-    return Supervisor(settings, plan, FRONTEND_COMMAND, executors=executor_starter(), extra=extra).run()

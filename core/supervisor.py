@@ -166,6 +166,7 @@ class Supervisor:
         self._stop = threading.Event()
         self._signal: int | None = None
         self._executor_failures = 0
+        self._restarted_at = 0.0
 
     # ---- start ----------------------------------------------------------------------------------------
 
@@ -243,7 +244,12 @@ class Supervisor:
         while not self._stop.is_set() and time.monotonic() < deadline:
             self._read_ready(0.2)
             for f in self.frontends.values():
-                if f.ready_at is None and f.proc.poll() is not None:
+                if f.ready_at is None and (f.ready_r < 0 or f.proc.poll() is not None):
+                    try:
+                        f.proc.wait(30)  # it closed the pipe without a word: it is exiting
+                    except subprocess.TimeoutExpired:
+                        f.proc.kill()
+                        f.proc.wait()
                     log.error("front end %d (pid %d) exited with %s before it served", f.index, f.proc.pid,
                               _exit_text(f.proc.returncode))
                     return False
@@ -262,10 +268,10 @@ class Supervisor:
             return
         for fd in readable:
             f = waiting[fd]
-            os.read(fd, 1)  # a byte: ready; b"": it closed the pipe (exited) without saying so
+            said = os.read(fd, 1)  # a byte: ready; b"": it closed the pipe (it exits) without saying so
             os.close(fd)
             f.ready_r = -1
-            if f.proc.poll() is None:
+            if said:
                 f.ready_at = time.monotonic()
                 log.info("front end %d (pid %d) serving", f.index, f.proc.pid)
 
@@ -292,11 +298,17 @@ class Supervisor:
                 problem = self.executors.check()
                 if problem is not None and not self._restart_executors(problem):
                     return self._give_up(f"executors could not be restarted ({problem})")
+                if problem is None and time.monotonic() - self._restarted_at > FAILED_START_S:
+                    self._executor_failures = 0  # up for a while: the next death starts a new count
         return self._drain()
 
     def _restart_executors(self, problem: str) -> bool:
+        """Restart the dead executors; False once restarts failed ``MAX_FAILED_STARTS`` times in a row (an
+        executor that dies again within ``FAILED_START_S`` of its restart counts as one more)."""
         log.error("%s; restarting it (the front ends answer /ready 503 meanwhile)", problem)
-        while self._executor_failures < MAX_FAILED_STARTS and not self._stop.is_set():
+        while not self._stop.is_set():
+            if self._executor_failures >= MAX_FAILED_STARTS:
+                return False
             try:
                 names = self.executors.restart()
             except StartupFailed as exc:
@@ -304,10 +316,11 @@ class Supervisor:
                 log.error("executor restart %d of %d failed: %s", self._executor_failures, MAX_FAILED_STARTS,
                           exc.message)
                 continue
-            self._executor_failures = 0
-            log.info("executors restarted: %s", ", ".join(names) or "none needed")
+            self._restarted_at = time.monotonic()
+            if names:
+                log.info("executors restarted: %s", ", ".join(names))
             return True
-        return self._stop.is_set()
+        return True
 
     # ---- stop -----------------------------------------------------------------------------------------
 

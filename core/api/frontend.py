@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import sys
+from pathlib import Path
 
 
 class FrontendHeader:
@@ -59,6 +60,27 @@ def tessera_app(settings, handoff):
     return create_app(settings, registry, metrics=metrics, tracer=tracer)
 
 
+def command_and_environment() -> tuple[list[str], dict[str, str]]:
+    """The front end's command line, and its environment: this one, with the folder holding ``core`` first on
+    ``PYTHONPATH`` (a surface may run from elsewhere, e.g. SageMaker's ``serve`` from ``/``)."""
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.environ.get("PYTHONPATH")
+    env = {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
+    return [sys.executable, "-m", "core.api.frontend"], env
+
+
+def serve_with_frontends(settings, plan, *, extra: dict | None = None) -> int:
+    """Serve with ``plan.count`` front ends: the supervisor (``core.supervisor``) binds the port, starts one
+    executor per device (``core.executor.ExecutorSet``) and the front ends; returns the exit status.
+    ``extra``: the surface's own (``settings``: its Settings class, ``app``: its app factory, ``uvicorn``:
+    more ``uvicorn.Config`` keywords), as ``module:name`` strings."""
+    from core.executor import ExecutorSet
+    from core.supervisor import Supervisor
+
+    command, env = command_and_environment()
+    return Supervisor(settings, plan, command, executors=ExecutorSet.start, extra=extra, env=env).run()
+
+
 def _resolve(name: str):
     module, _, attr = name.partition(":")
     return getattr(importlib.import_module(module), attr)
@@ -72,7 +94,6 @@ def main() -> int:
     import uvicorn
 
     from core.api.http_limits import http_options
-    from core.cli import quiet_progress_bars
     from core.frontends import FrontendPlan
     from core.logs import configure_logging, uvicorn_log_options
     from core.supervisor import signal_ready
@@ -80,7 +101,6 @@ def main() -> int:
     settings_class = _resolve(handoff.extra.get("settings", "core.config:Settings"))
     settings = settings_class.model_validate(handoff.settings)
     configure_logging(settings.log_level, fmt=settings.log_format)
-    quiet_progress_bars(os.environ, sys.stderr)
     app = _resolve(handoff.extra.get("app", "core.api.frontend:tessera_app"))(settings, handoff)
     app.state.frontends = FrontendPlan(**handoff.plan)
     listener = socket.socket(fileno=handoff.fd)
@@ -91,7 +111,7 @@ def main() -> int:
             if self.started and not self.should_exit:
                 signal_ready(handoff)
 
-    config = uvicorn.Config(FrontendHeader(app, handoff.index), loop="auto", access_log=False,
+    config = uvicorn.Config(FrontendHeader(app, handoff.index), loop="auto", access_log=False, lifespan="on",
                             log_level=settings.log_level.lower(), timeout_graceful_shutdown=math.ceil(
                                 settings.shutdown_grace_s), **http_options(settings.max_header_bytes),
                             **uvicorn_log_options(settings.log_format), **handoff.extra.get("uvicorn", {}))

@@ -80,6 +80,10 @@ class Server:
             found[int(index)] = int(pid)
         return found
 
+    def executor_pids(self) -> dict[str, int]:
+        """Device → pid of the last executor that said it serves."""
+        return {device: int(pid) for device, pid in re.findall(r"executor (\S+) \(pid (\d+)\) serves", self.log())}
+
     def wait_serving(self, count: int, timeout: float = START_TIMEOUT) -> None:
         def serving() -> bool:
             assert self.proc.poll() is None, f"the server exited with {self.proc.returncode}:\n{self.log()[-4000:]}"
@@ -90,9 +94,9 @@ class Server:
 
 @contextmanager
 def supervised_server(models: list[dict], frontends: int, env: dict | None = None, *, name: str = "scaleout",
-                      wait: bool = True):
-    """``python -m core serve`` with ``frontends`` front ends serving ``models`` on 127.0.0.1:<free port>; its
-    process group is killed at the end whatever happened."""
+                      wait: bool = True, command: list[str] | None = None, cwd: Path = ROOT):
+    """``python -m core serve`` (or ``command``, run in ``cwd``) with ``frontends`` front ends serving ``models`` on
+    127.0.0.1:<free port>; its process group is killed at the end whatever happened."""
     port = free_port()
     full_env = environ_without_settings()
     full_env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
@@ -103,7 +107,7 @@ def supervised_server(models: list[dict], frontends: int, env: dict | None = Non
     port = int(full_env["TESSERA_PORT"])
     log_path = ROOT / ".venv" / f"test-{name}-{port}.log"
     with open(log_path, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "core", "serve"], cwd=ROOT, env=full_env, stdout=out,
+        proc = subprocess.Popen(command or [sys.executable, "-m", "core", "serve"], cwd=cwd, env=full_env, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     server = Server(proc, f"http://127.0.0.1:{port}", log_path)
     try:

@@ -8,8 +8,12 @@ import asyncio
 import base64
 import os
 import random
+import re
+import shutil
 import signal
 import socket
+import sys
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -17,7 +21,7 @@ import pytest
 
 from tests.scaleout.conftest import (children_of, frontend_of, group_members, proc_stat, supervised_server,
                                      wait_gone)
-from tests.support.server import wait_for
+from tests.support.server import free_port, wait_for
 
 REQUESTS = 1000
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
@@ -175,7 +179,7 @@ def _frontends_answering(base: str, want: set[int], tries: int = 400) -> set[int
 def test_a_killed_frontend_is_restarted_while_the_other_serves(one_model):
     with supervised_server(one_model, 2, name="kill-frontend") as server:
         before = server.frontend_pids()
-        assert sorted(before) == [0, 1] and sorted(before.values()) == children_of(server.proc.pid)
+        assert sorted(before) == [0, 1] and set(before.values()) <= set(children_of(server.proc.pid))
         os.kill(before[1], signal.SIGKILL)
         wait_for(lambda: proc_stat(before[1]) is None or proc_stat(before[1])[0] == "Z", "the front end to die")
         for i in range(30):  # meanwhile the other front end answers every request
@@ -184,7 +188,8 @@ def test_a_killed_frontend_is_restarted_while_the_other_serves(one_model):
         wait_for(lambda: server.frontend_pids().get(1, before[1]) != before[1], "front end 1 serving again", 300)
         assert "front end 1 (pid %d) exited with signal SIGKILL; starting it again" % before[1] in server.log()
         after = server.frontend_pids()
-        assert after[0] == before[0] and sorted(after.values()) == children_of(server.proc.pid)
+        assert after[0] == before[0] and set(after.values()) <= set(children_of(server.proc.pid))
+        assert before[1] not in children_of(server.proc.pid)
         assert _frontends_answering(server.base, {0, 1}) == {0, 1}
         assert httpx.get(server.base + "/v1/models", timeout=30).json()["frontends"] == {
             "count": 2, "reason": "frontends=2 was set: 2 front-end processes"}
@@ -235,19 +240,36 @@ def test_sigterm_drains_every_frontend_and_exits_0(one_model):
 
 def test_sigkill_of_the_supervisor_leaves_no_process(one_model):
     with supervised_server(one_model, 2, name="sigkill") as server:
-        members = group_members(server.pgid)
-        assert len(members) == 3, members  # the supervisor and two front ends
+        members = set(group_members(server.pgid))
+        children = {server.proc.pid, *server.frontend_pids().values(), *server.executor_pids().values()}
+        assert len(children) == 4 and children <= members, (children, members)  # supervisor, executor, 2 front ends
+        # traffic first, so that the front ends and the executor share memory segments
+        for i in range(20):
+            resp = httpx.post(server.base + "/v1/embeddings", json={"model": "nf", "input": [f"t {i}"] * 8}, timeout=60)
+            assert resp.status_code == 200, resp.text
         os.kill(server.proc.pid, signal.SIGKILL)
         server.proc.wait(30)
-        wait_gone(server.pgid)  # the front ends die with it (PR_SET_PDEATHSIG), not left serving the port
+        wait_gone(server.pgid)  # every child dies with it (PR_SET_PDEATHSIG), none left serving the port
+        left = [p.name for p in Path("/dev/shm").glob(f"tessera-{server.proc.pid}-*")]
+        assert not left, f"shared-memory segments left behind: {left}"
 
 
-def test_a_frontend_that_cannot_start_stops_the_server(tmp_path):
+def test_a_model_that_cannot_load_stops_the_server_before_any_frontend(tmp_path):
     models = [{"path": str(tmp_path / "missing"), "name": "gone", "backend": "torch"}]
-    with supervised_server(models, 2, name="bad-start", wait=False) as server:
+    with supervised_server(models, 2, name="bad-model", wait=False) as server:
         assert server.proc.wait(300) == 1
         log = server.log()
-        assert "before it served" in log and "stopping the server: a front end failed to start" in log
+        assert "executors failed to start: model 'gone' failed to load on cpu:0" in log, log
+        assert "front end 0 started" not in log
+        wait_gone(server.pgid)
+
+
+def test_a_frontend_that_cannot_start_stops_the_server(one_model, tmp_path):
+    env = {"TESSERA_API_KEYS_FILE": str(tmp_path / "no-such-keys")}  # read by each front end as it builds its app
+    with supervised_server(one_model, 2, env, name="bad-start", wait=False) as server:
+        assert server.proc.wait(300) == 1
+        log = server.log()
+        assert "before it served" in log and "stopping the server: a front end failed to start" in log, log
         wait_gone(server.pgid)
 
 
@@ -260,3 +282,117 @@ def test_a_taken_port_is_refused_before_any_frontend(one_model):
             assert server.proc.wait(120) == 1
             assert f"cannot listen on 127.0.0.1:{port}" in server.log()
             assert "front end 0 started" not in server.log()
+
+
+def _heavy_load(server, texts: list[str], requests: int, in_flight: int, then) -> list:
+    """``requests`` concurrent /v1/embeddings of ``texts``; once ``in_flight`` of them are in the front ends
+    (their /metrics in-flight gauges, one per process, added up) call ``then()``; every outcome."""
+    async def load():
+        async with httpx.AsyncClient(base_url=server.base, limits=httpx.Limits(max_connections=64),
+                                     timeout=300) as client:
+            tasks = [asyncio.create_task(client.post("/v1/embeddings", json={"model": "nf", "input": texts}))
+                     for _ in range(requests)]
+            seen: dict[int, float] = {}
+            for _ in range(3000):
+                if sum(seen.values()) >= in_flight:
+                    break
+                async with httpx.AsyncClient(base_url=server.base, timeout=60) as probe:
+                    resp = await probe.get("/metrics")
+                match = re.search(r"^tessera_inflight_requests (\S+)$", resp.text, re.M)
+                seen[frontend_of(resp)] = float(match.group(1)) if match else 0.0
+                await asyncio.sleep(0.02)
+            assert sum(seen.values()) >= in_flight, seen
+            then()
+            return await asyncio.gather(*tasks, return_exceptions=True)
+
+    return asyncio.run(load())
+
+
+def test_a_killed_executor_fails_its_requests_then_is_restarted(one_model):
+    texts = [" ".join(WORDS * 12) + f" {i}" for i in range(300)]
+    with supervised_server(one_model, 2, {"TESSERA_REQUEST_TIMEOUT_S": "300"}, name="kill-executor") as server:
+        executor = server.executor_pids()["cpu:0"]
+        answers = _heavy_load(server, texts, 12, 4, lambda: os.kill(executor, signal.SIGKILL))
+        failed = [a for a in answers if isinstance(a, httpx.Response) and a.status_code >= 500]
+        assert failed, [getattr(a, "status_code", a) for a in answers]
+        for a in answers:  # each either finished before the kill or failed clearly, in the error shape
+            assert isinstance(a, httpx.Response), a
+            if a.status_code != 200:
+                assert a.status_code in (500, 503), a.text
+                assert "executor cpu:0" in a.json()["error"]["message"], a.text
+        # not ready while it is down (whichever front end answers), ready again once it was restarted
+        statuses = []
+        wait_for(lambda: statuses.append(httpx.get(server.base + "/ready", timeout=30).status_code) or
+                 statuses[-1] == 200, "/ready 200 again", 300)
+        assert f"executor cpu:0 (pid {executor}) exited with signal 9" in server.log()
+        assert server.executor_pids()["cpu:0"] != executor and "executors restarted: cpu:0" in server.log()
+        seen = set()
+        for i in range(200):  # both front ends reach the new executor
+            with httpx.Client(base_url=server.base, timeout=60) as client:
+                resp = client.post("/v1/embeddings", json={"model": "nf", "input": f"after {i}"})
+            assert resp.status_code == 200, resp.text
+            seen.add(frontend_of(resp))
+            if seen == {0, 1}:
+                break
+        assert seen == {0, 1}
+
+
+def test_an_executor_that_cannot_restart_stops_the_server(near_free_dir, tmp_path):
+    folder = shutil.copytree(near_free_dir, tmp_path / "model")
+    models = [{"path": str(folder), "name": "nf", "backend": "torch"}]
+    with supervised_server(models, 2, name="executor-gone") as server:
+        shutil.rmtree(folder)  # its restart cannot load the model again
+        os.kill(server.executor_pids()["cpu:0"], signal.SIGKILL)
+        assert server.proc.wait(300) == 1
+        log = server.log()
+        assert "executor restart 3 of 3 failed" in log and "stopping the server: executors could not be restarted" in log
+        wait_gone(server.pgid)
+
+
+def test_weights_are_loaded_once_per_device(minilm_dir):
+    """MiniLM (~90 MB of fp32 weights) on torch: the executor holds them, the two front ends do not."""
+    from benchmarks.server import rss_mb
+
+    weights_mb = (minilm_dir / "model.safetensors").stat().st_size / 2**20
+    models = [{"path": str(minilm_dir), "name": "minilm", "backend": "torch"}]
+    with supervised_server(models, 2, name="rss") as server:
+        for i in range(40):
+            resp = httpx.post(server.base + "/v1/embeddings", json={"model": "minilm", "input": [f"x {i}"] * 4},
+                              timeout=60)
+            assert resp.status_code == 200, resp.text
+        executor = rss_mb(server.executor_pids()["cpu:0"])
+        frontends = [rss_mb(pid) for pid in server.frontend_pids().values()]
+        print(f"RSS: executor {executor:.0f} MB, front ends {', '.join(f'{f:.0f}' for f in frontends)} MB; "
+              f"weights {weights_mb:.0f} MB")
+        for frontend in frontends:
+            assert executor - frontend > 0.8 * weights_mb, (executor, frontends, weights_mb)
+
+
+def test_sagemaker_serve_with_two_frontends(one_model):
+    """SageMaker's ``serve`` (run from /, as the images do): the same layout; ``/ping`` and ``/invocations``
+    answered by both front ends, ``/ping`` 503 while the executor is down."""
+    from tests.support.server import ROOT
+
+    port = free_port()
+    command = [sys.executable, str(ROOT / "adapters" / "sagemaker" / "serve")]
+    env = {"SAGEMAKER_BIND_TO_PORT": str(port), "TESSERA_PORT": str(port)}
+    with supervised_server(one_model, 2, env, name="sagemaker", command=command, cwd=Path("/")) as server:
+        seen = set()
+        for i in range(200):
+            with httpx.Client(base_url=server.base, timeout=60) as client:
+                ping = client.get("/ping")
+                resp = client.post("/invocations", json={"input": [f"doc {i}", "other"]})
+            assert ping.status_code == 200 and resp.status_code == 200, (ping.text, resp.text)
+            assert len(resp.json()["data"]) == 2
+            seen |= {frontend_of(ping), frontend_of(resp)}
+            if seen == {0, 1}:
+                break
+        assert seen == {0, 1}
+        os.kill(server.executor_pids()["cpu:0"], signal.SIGKILL)
+        codes = []
+        wait_for(lambda: codes.append(httpx.get(server.base + "/ping", timeout=30).status_code) or codes[-1] == 503,
+                 "/ping 503 while the executor is down", 120)
+        wait_for(lambda: httpx.get(server.base + "/ping", timeout=30).status_code == 200, "/ping 200 again", 300)
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(120) == 0
+        wait_gone(server.pgid)
