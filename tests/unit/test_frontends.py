@@ -59,3 +59,28 @@ def test_v1_models_says_one_process_where_the_entry_point_sets_nothing():
     app.state.frontends = FrontendPlan(3, "frontends=3 was set: 3 front-end processes")
     assert client.get("/v1/models").json()["frontends"] == {"count": 3,
                                                            "reason": "frontends=3 was set: 3 front-end processes"}
+
+
+def test_the_listening_socket_is_bound_once_for_every_address_family():
+    import socket
+
+    from core.errors import StartupFailed
+    from core.supervisor import bind_listener
+
+    v4 = bind_listener("127.0.0.1", 0)
+    try:
+        assert v4.family == socket.AF_INET and v4.get_inheritable()
+        port = v4.getsockname()[1]
+        with pytest.raises(StartupFailed, match=f"cannot listen on 127.0.0.1:{port}: .*--port or TESSERA_PORT"):
+            bind_listener("127.0.0.1", port)
+    finally:
+        v4.close()
+    named = bind_listener("localhost", 0)
+    named.close()
+    if socket.has_ipv6:
+        try:
+            v6 = bind_listener("::1", 0)
+        except StartupFailed as exc:  # a host without an IPv6 loopback
+            pytest.skip(exc.message)
+        assert v6.family == socket.AF_INET6
+        v6.close()
