@@ -4,9 +4,10 @@
 of the models:
 
 - **CPU only**: one front end, today's single process. The models' own threads (ONNX Runtime's intra-op
-  pool, torch's) already use every core; a second front end takes cores from them. Measured on a 2-core
-  machine with the near-free model (docs/benchmarks.md, "Front ends on a CPU"):
-  ``python scripts/bench_host_cpu.py --servers tessera --models near-free --frontends 1,2``.
+  pool, torch's) already use every core. Measured on a 2-core machine with the near-free model
+  (docs/benchmarks.md, "Front ends on a CPU";
+  ``python scripts/bench_host_cpu.py --servers tessera --models near-free --frontends 1,2``): two front ends
+  gave 0.78–1.03× the embeddings/s of one process and 1.27–1.37× its CPU per one-text request.
 - **Accelerators** (``cuda``, ``neuron``): each accelerator device gets an executor process that keeps about
   one core busy; the cores left over tokenize and encode, one front end per 2 of them, at most
   :data:`MAX_AUTO`.
@@ -71,7 +72,8 @@ def plan_frontends(setting: int | str, devices: Iterable[str], cpus: int | None 
     accelerators = [d for d in device_names(devices) if is_accelerator(d)]
     if not accelerators:
         return FrontendPlan(1, f"auto: CPU only, so one process: the models' own threads use all {cpus} cores, "
-                               f"and a second front end took cores from them (measured: {CPU_RULE_DOCS})")
+                               f"and a second front end measured no faster, a one-text request dearer "
+                               f"({CPU_RULE_DOCS})")
     spare = max(0, cpus - len(accelerators))
     count = max(1, min(MAX_AUTO, spare // CORES_PER_FRONTEND))
     return FrontendPlan(count, f"auto: {len(accelerators)} accelerator(s) ({', '.join(accelerators)}) on {cpus} "
