@@ -92,7 +92,9 @@ class _ModelSpecFields(BaseModel):
     task: str = Field(default="auto", description="task; 'auto' detects it from the folder")
     backend: str = Field(default="auto", description=" | ".join(("auto", *backend_names())))
     device: str = Field(default="auto", description="auto | cpu | cuda | cuda:N | neuron; auto: cuda when a GPU is "
-                        "visible and torch is a CUDA build, else cpu (resolved when the spec is read)")
+                        "visible and torch is a CUDA build, else cpu (resolved when the spec is read). Several "
+                        "devices (cuda:0,cuda:1 | cuda:* | on a CPU cpu:0,cpu:1): one executor process per device, "
+                        "requests balanced by queued work; needs frontends > 1 (docs/architecture.md#executors)")
     dtype: str = Field(default="float32", description="float32 | float16 | bfloat16 | int8 (ct2 also int8_float32, "
                        "int8_float16). Unset on CUDA with backend auto: the fastest of float16 / bfloat16 (and ONNX "
                        "Runtime's CUDA provider) that keeps parity with float32, measured once per GPU (docs/backends.md)")

@@ -93,7 +93,7 @@ class ExecutorLink:
         self._pending: dict[int, _Pending] = {}
         self._next_id = 0
         self._frees: list[int] = []
-        self._flush_scheduled = False
+        self._outbox: wire.Outbox | None = None
         self._reader_task: asyncio.Task | None = None
         self._reconnect_task: asyncio.Task | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -103,8 +103,8 @@ class ExecutorLink:
         self.last_error: str | None = None
         #: engines using this link (it closes when the last one stops)
         self.users = 0
-        #: requests sent on this link (tests and benchmarks read the balance from it)
-        self.sent = 0
+        #: model → requests sent on this link (the balance across executors, read by tests and benchmarks)
+        self.sent: dict[str, int] = {}
 
     def load(self, model: str) -> int:
         return self.outstanding.get(model, 0) + self.depth.get(model, 0)
@@ -135,6 +135,7 @@ class ExecutorLink:
         self._requests, self._results = requests, results
         self._allocator = Allocator(requests.size)
         self._writer = writer
+        self._outbox = wire.Outbox(writer, before_flush=self._flush_frees)
         self._frees = []
         self.depth.clear()
         self.connected = True
@@ -248,22 +249,20 @@ class ExecutorLink:
 
     def _free_result(self, offset: int) -> None:
         self._frees.append(offset)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        self._outbox.schedule()
 
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        if self._frees and self._writer is not None:
+    def _flush_frees(self) -> None:
+        """The result blocks copied out since the last write go back with it, in one ``free`` frame."""
+        if self._frees:
             frees, self._frees = self._frees, []
-            wire.write_frame(self._writer, {"op": "free", "free": frees})
+            self._outbox.parts += wire.frame({"op": "free", "free": frees})
 
     def _new_request(self, model: str, items: int, offset: int | None) -> tuple[int, asyncio.Future]:
         self._next_id += 1
         future = asyncio.get_running_loop().create_future()
         self._pending[self._next_id] = _Pending(future, offset, model, items)
         self.outstanding[model] = self.outstanding.get(model, 0) + items
-        self.sent += 1
+        self.sent[model] = self.sent.get(model, 0) + 1
         return self._next_id, future
 
     async def _await(self, rid: int, future: asyncio.Future):
@@ -271,7 +270,7 @@ class ExecutorLink:
             return await future
         except asyncio.CancelledError:
             if self.connected and rid in self._pending:  # the caller went away: drop its items there
-                wire.write_frame(self._writer, {"op": "cancel", "id": rid})
+                self._outbox.send({"op": "cancel", "id": rid})
             raise
 
     async def submit(self, model: str, items: Sequence[Any], deadline: float | None, group: Any) -> list:
@@ -289,11 +288,9 @@ class ExecutorLink:
             header["off"] = offset
         if deadline is not None:
             header["ttl"] = deadline - time.monotonic()
-        if self._frees:
-            header["free"], self._frees = self._frees, []
         rid, future = self._new_request(model, len(items), offset)
         header["id"] = rid
-        wire.write_frame(self._writer, header, payload)
+        self._outbox.send(header, payload)
         return await self._await(rid, future)
 
     async def whole(self, model: str, request: Any, deadline: float | None) -> Any:
@@ -303,7 +300,7 @@ class ExecutorLink:
         header = {"op": "whole", "id": rid, "model": model}
         if deadline is not None:
             header["ttl"] = deadline - time.monotonic()
-        wire.write_frame(self._writer, header, pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
+        self._outbox.send(header, pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
         return await self._await(rid, future)
 
 

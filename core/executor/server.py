@@ -109,6 +109,7 @@ class _Connection:
         self.requests: Segment | None = None
         self.results: Segment | None = None
         self.allocator: Allocator | None = None
+        self.outbox: wire.Outbox | None = None
         self.accepting = True
 
     async def run(self) -> None:
@@ -119,13 +120,14 @@ class _Connection:
             self.requests = Segment.attach(header["requests"])
             self.results = Segment.attach(header["results"])
             self.allocator = Allocator(self.results.size)
+            self.outbox = wire.Outbox(self.writer)
             wire.write_frame(self.writer, {"op": "welcome", "device": self.server.device, "pid": os.getpid()})
             while True:
                 header, payload = await wire.read_frame(self.reader)
                 op = header["op"]
                 if op == "submit":
                     self._free(header.get("free"))
-                    self.tasks[header["id"]] = asyncio.create_task(self._submit(header, payload))
+                    self._track(header["id"], self._submit(header, payload))
                 elif op == "free":
                     self._free(header["free"])
                 elif op == "cancel":
@@ -133,11 +135,22 @@ class _Connection:
                     if task is not None:
                         task.cancel()
                 elif op == "whole":
-                    self.tasks[header["id"]] = asyncio.create_task(self._whole(header, payload))
+                    self._track(header["id"], self._whole(header, payload))
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the front end went away
         finally:
             self.close()
+
+    def _track(self, rid: int, work) -> None:
+        task = asyncio.create_task(work)
+        self.tasks[rid] = task
+
+        def done(task: asyncio.Task) -> None:
+            if task.cancelled():  # cancelled before it ran: nothing was queued, the front end still needs a reply
+                self.tasks.pop(rid, None)
+                self._send({"op": "cancelled", "id": rid})
+
+        task.add_done_callback(done)
 
     def close(self) -> None:
         for task in self.tasks.values():
@@ -156,8 +169,8 @@ class _Connection:
                 self.allocator.free(offset)
 
     def _send(self, header: dict, payload=None) -> None:
-        if not self.writer.is_closing():
-            wire.write_frame(self.writer, header, payload)
+        if self.outbox is not None and not self.writer.is_closing():
+            self.outbox.send(header, payload)
 
     async def _settle(self, engine) -> None:
         """Wait for the batches running now: a request given up (cancelled, past its deadline) may have items

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib
+import itertools
 import struct
 from typing import Any, Sequence
 
@@ -55,6 +56,37 @@ def frame(header: dict, payload: bytes | memoryview | None = None) -> list:
 
 def write_frame(writer: asyncio.StreamWriter, header: dict, payload: bytes | memoryview | None = None) -> None:
     writer.writelines(frame(header, payload))
+
+
+class Outbox:
+    """Frames queued during one turn of the event loop go out in one write (one system call for the replies
+    of a whole batch, or for the requests several callers sent at once)."""
+
+    def __init__(self, writer: asyncio.StreamWriter, before_flush=None):
+        self.writer = writer
+        self.parts: list = []
+        self.scheduled = False
+        #: called first at each flush (the front end adds the result blocks to free)
+        self.before_flush = before_flush
+
+    def send(self, header: dict, payload: bytes | memoryview | None = None) -> None:
+        self.parts += frame(header, payload)
+        self.schedule()
+
+    def schedule(self) -> None:
+        if not self.scheduled:
+            self.scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        self.scheduled = False
+        if self.before_flush is not None:
+            self.before_flush()
+        if self.parts and not self.writer.is_closing():
+            parts, self.parts = self.parts, []
+            self.writer.write(b"".join(parts))
+        else:
+            self.parts = []
 
 
 # ---- classes ------------------------------------------------------------------------------------------
@@ -113,11 +145,12 @@ class _Writer:
             dt = np.dtype(dtype)
             out = np.frombuffer(buf, dt, count, pos)
             if isinstance(part, list):
-                if part:
-                    if len(part) == 1:
-                        out[:] = part[0].reshape(-1)
-                    else:
-                        np.concatenate([p.reshape(-1) for p in part], out=out, casting="same_kind")
+                if len(part) == 1:
+                    out[:] = part[0].reshape(-1)
+                elif part:
+                    if part[0].ndim != 1 or part[-1].ndim != 1:
+                        part = [p.reshape(-1) for p in part]
+                    np.concatenate(part, out=out, casting="same_kind")
             else:
                 out[:] = part.reshape(-1)
             pos += _padded(count * dt.itemsize)
@@ -137,6 +170,21 @@ class _Reader:
 
 
 # ---- items --------------------------------------------------------------------------------------------
+_PLANS: dict[type, tuple[str, list[str], tuple[str, ...]]] = {}
+
+
+def _plan(cls: type) -> tuple[str, list[str], tuple[str, ...]]:
+    """A class's name, the fields that cross (in order) and the trailing ones that do not."""
+    plan = _PLANS.get(cls)
+    if plan is None:
+        names = [f.name for f in dataclasses.fields(cls)]
+        sent = [n for n in names if n not in FRONT_END_ONLY]
+        if names[:len(sent)] != sent:  # the executor builds items positionally from the fields that cross
+            raise BackendFailure(f"internal: {class_name(cls)}'s front-end-only fields must come last")
+        plan = _PLANS[cls] = (class_name(cls), sent, tuple(n for n in names if n in FRONT_END_ONLY))
+    return plan
+
+
 def encode_items(items: Sequence[Any]) -> tuple[dict, _Writer, list[int]]:
     """The header part describing ``items`` (one dataclass), the arrays to write, and the items' costs."""
     cls = type(items[0])
@@ -144,46 +192,48 @@ def encode_items(items: Sequence[Any]) -> tuple[dict, _Writer, list[int]]:
     for item in items:
         if type(item) is not cls:
             raise BackendFailure(f"internal: a request's items mix {class_name(cls)} and {class_name(type(item))}")
+    name_of_class, fields, _ = _plan(cls)
     writer = _Writer()
     columns = []
-    shared_lengths: np.ndarray | None = None
-    for name in _fields(cls):
+    shared: list[int] | None = None
+    for name in fields:
         values = [getattr(it, name) for it in items]
         first = values[0]
         if isinstance(first, np.ndarray):
-            lengths = np.fromiter((v.size for v in values), dtype=np.int64, count=n)
-            if shared_lengths is not None and np.array_equal(lengths, shared_lengths):
+            lengths = [v.size for v in values]
+            if shared is None:
+                shared = lengths
+                writer.add(np.array(lengths, dtype=np.int64))
+                columns.append([name, "a", first.dtype.str, 0])
+            elif lengths == shared:
                 columns.append([name, "a", first.dtype.str, -1])  # the lengths of the first array column
             else:
-                if shared_lengths is None:
-                    shared_lengths = lengths
-                writer.add(lengths)
+                writer.add(np.array(lengths, dtype=np.int64))
                 columns.append([name, "a", first.dtype.str, 0])
-            writer.add_concat(values, first.dtype, int(lengths.sum()))
+            writer.add_concat(values, first.dtype, sum(lengths))
         elif first is None or isinstance(first, (bool, int, float, str, np.integer, np.floating, np.bool_)):
-            if all(v == first for v in values) and (first is None or all(type(v) is type(first) for v in values)):
+            if n == 1 or all(v == first for v in values):
                 columns.append([name, "c", first.item() if isinstance(first, np.generic) else first])
             elif isinstance(first, str):
                 vocab = sorted(set(values))
                 index = {v: i for i, v in enumerate(vocab)}
-                writer.add(np.fromiter((index[v] for v in values), dtype=np.int32, count=n))
+                writer.add(np.array([index[v] for v in values], dtype=np.int32))
                 columns.append([name, "s", vocab])
             elif isinstance(first, (bool, np.bool_)):
-                writer.add(np.fromiter(values, dtype=np.bool_, count=n))
+                writer.add(np.array(values, dtype=np.bool_))
                 columns.append([name, "b"])
             elif isinstance(first, (int, np.integer)):
-                writer.add(np.fromiter(values, dtype=np.int64, count=n))
+                writer.add(np.array(values, dtype=np.int64))
                 columns.append([name, "i"])
             elif isinstance(first, (float, np.floating)):
-                writer.add(np.fromiter(values, dtype=np.float64, count=n))
+                writer.add(np.array(values, dtype=np.float64))
                 columns.append([name, "f"])
             else:
                 raise BackendFailure(f"internal: item field {name!r} holds values of several kinds")
         else:
             raise BackendFailure(f"internal: item field {class_name(cls)}.{name} ({type(first).__name__}) has no "
                                  "encoding for the executor")
-    costs = [it.cost for it in items]
-    return {"cls": class_name(cls), "n": n, "cols": columns}, writer, costs
+    return {"cls": name_of_class, "n": n, "cols": columns}, writer, [it.cost for it in items]
 
 
 def decode_items(layout: dict, table: list[list], buf, offset: int) -> list[Any]:
@@ -191,34 +241,28 @@ def decode_items(layout: dict, table: list[list], buf, offset: int) -> list[Any]
     cls = resolve_class(layout["cls"])
     n = layout["n"]
     reader = _Reader(buf, offset, table)
-    per_field: dict[str, Any] = {}
-    constants: dict[str, Any] = {}
+    columns: list = []
     shared_bounds = None
     for column in layout["cols"]:
-        name, kind = column[0], column[1]
+        kind = column[1]
         if kind == "a":
             if column[3] == -1:
                 bounds = shared_bounds
             else:
-                lengths = reader.take()
-                bounds = np.zeros(n + 1, dtype=np.int64)
-                np.cumsum(lengths, out=bounds[1:])
-                bounds = bounds.tolist()
+                bounds = [0, *itertools.accumulate(reader.take().tolist())]
                 if shared_bounds is None:
                     shared_bounds = bounds
             data = reader.take()
-            per_field[name] = [data[bounds[i]:bounds[i + 1]] for i in range(n)]
+            columns.append([data[bounds[i]:bounds[i + 1]] for i in range(n)])
         elif kind == "c":
-            constants[name] = column[2]
+            columns.append(itertools.repeat(column[2], n))
         elif kind == "s":
             vocab = column[2]
-            per_field[name] = [vocab[i] for i in reader.take().tolist()]
+            columns.append([vocab[i] for i in reader.take().tolist()])
         else:  # b, i, f
-            per_field[name] = reader.take().tolist()
-    names = list(per_field)
-    columns = [per_field[k] for k in names]
-    return [cls(**dict(zip(names, row)), **constants) for row in zip(*columns)] if names else \
-        [cls(**constants) for _ in range(n)]
+            columns.append(reader.take().tolist())
+    # the fields that cross come first in the class (those left in the front end are trailing): positional
+    return [cls(*row) for row in zip(*columns)]
 
 
 # ---- results ------------------------------------------------------------------------------------------

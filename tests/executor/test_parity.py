@@ -136,3 +136,29 @@ def test_the_app_serves_a_remote_registry(executors, local):
                                    atol=2e-5)
         bad = client.post("/v1/embeddings", json={"model": "emb", "input": ["x"], "dimensions": 10_000})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "dimensions"
+
+
+def test_what_does_not_fit_the_arenas_travels_in_the_frame(executors, local, monkeypatch):
+    """Arenas of 4 KiB: a request's items and its per-token answer are larger, so both cross as the frame's
+    payload, and the answer is the same."""
+    from core.executor import client
+
+    monkeypatch.setattr(client, "REQUEST_ARENA_BYTES", 4096)
+    monkeypatch.setattr(client, "RESULT_ARENA_BYTES", 4096)
+
+    async def main():
+        registry = remote_registry(executors.settings, executors.address)
+        await registry.start()
+        try:
+            (link,) = registry.engines["emb"].links
+            assert link._requests.size == 4096 and link._results.size == 4096
+            make = lambda: EmbedRequest(texts=[LONG[:1500]] * 4, output="tokens")  # noqa: E731
+            remote = await registry.engines["emb"](make())
+            assert link._allocator.in_use == 0
+            assert_same(remote, local.engines["emb"].run_sync(make()), "per-token answer inline")
+            small = await registry.engines["emb"](EmbedRequest(texts=["fits"]))
+            assert_same(small, local.engines["emb"].run_sync(EmbedRequest(texts=["fits"])), "small answer")
+        finally:
+            await registry.stop()
+
+    asyncio.run(main())
