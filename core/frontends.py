@@ -12,6 +12,9 @@ of the models:
   one core busy; the cores left over tokenize and encode, one front end per 2 of them, at most
   :data:`MAX_AUTO`.
 
+- **A model on several devices** (``cuda:0,cuda:1``, ``cuda:*``, ``cpu:0,cpu:1``): its executors need front ends,
+  so at least 2, else the rule above.
+
 A number (``frontends: 3``) is used as given. ``1`` always means one process: no supervisor, no executor.
 """
 
@@ -23,6 +26,9 @@ from typing import Iterable
 
 #: at most this many front ends from ``auto`` (beyond it the executors' queues, not the hosts, limit)
 MAX_AUTO = 8
+#: front ends under ``auto`` when a model names several devices (executors are needed; one front end would be
+#: the supervised layout's least)
+MIN_WITH_EXECUTORS = 2
 #: cores per front end under ``auto`` (one for the event loop, one for its tokenizer threads)
 CORES_PER_FRONTEND = 2
 #: where the CPU rule's measurement is described
@@ -69,7 +75,14 @@ def plan_frontends(setting: int | str, devices: Iterable[str], cpus: int | None 
         what = "one process" if count == 1 else f"{count} front-end processes"
         return FrontendPlan(count, f"frontends={count} was set: {what}")
     cpus = cpus if cpus is not None else len(os.sched_getaffinity(0))
+    devices = [str(d) for d in devices]
     accelerators = [d for d in device_names(devices) if is_accelerator(d)]
+    listed = [d for d in devices if "," in d or "*" in d]
+    if listed:  # a model on several devices runs in executors, which only a server with front ends has
+        count = max(MIN_WITH_EXECUTORS, min(MAX_AUTO, max(0, cpus - len(device_names(devices))) // CORES_PER_FRONTEND))
+        return FrontendPlan(count, f"auto: a model names several devices ({listed[0]}): one executor process each, "
+                                   f"which need front ends; {count} for {cpus} cores (one per {CORES_PER_FRONTEND} "
+                                   f"cores beside the executors, at least {MIN_WITH_EXECUTORS}, at most {MAX_AUTO})")
     if not accelerators:
         return FrontendPlan(1, f"auto: CPU only, so one process: the models' own threads use all {cpus} cores, "
                                f"and a second front end measured no faster, a one-text request dearer "

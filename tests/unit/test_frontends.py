@@ -20,13 +20,21 @@ def test_auto_keeps_one_process_on_a_cpu_only_server():
 
 def test_auto_with_accelerators_is_one_front_end_per_two_spare_cores_capped():
     assert plan_frontends("auto", ["cuda"], cpus=16).count == 7  # 15 cores beside one executor
-    assert plan_frontends("auto", ["cuda:0,cuda:1", "cpu"], cpus=16).count == 7  # 14 spare
+    assert plan_frontends("auto", ["cuda:0", "cuda:1", "cpu"], cpus=16).count == 7  # 14 beside the GPUs
     assert plan_frontends("auto", ["cuda:0", "cuda:1", "cuda:0"], cpus=8).count == 3
     assert plan_frontends("auto", ["cuda"], cpus=64).count == MAX_AUTO
     assert plan_frontends("auto", ["neuron"], cpus=4).count == 1
     assert plan_frontends("auto", ["cuda"], cpus=2).count == 1  # never fewer than one
-    reason = plan_frontends("auto", ["cuda:0,cuda:1"], cpus=16).reason
+    reason = plan_frontends("auto", ["cuda:0", "cuda:1"], cpus=16).reason
     assert "2 accelerator(s) (cuda:0, cuda:1) on 16 cores: 14 cores beside their executors" in reason
+
+
+def test_auto_with_a_model_on_several_devices_starts_front_ends():
+    plan = plan_frontends("auto", ["cpu:0,cpu:1"], cpus=2)
+    assert plan.count == 2 and "a model names several devices (cpu:0,cpu:1)" in plan.reason
+    assert plan_frontends("auto", ["cuda:*"], cpus=2).count == 2
+    assert plan_frontends("auto", ["cuda:0,cuda:1"], cpus=16).count == 7
+    assert plan_frontends(1, ["cpu:0,cpu:1"], cpus=2).count == 1  # as set (the single process then refuses it)
 
 
 def test_a_number_is_used_as_given():
