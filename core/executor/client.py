@@ -112,11 +112,15 @@ class ExecutorLink:
     # connection ---------------------------------------------------------------------------------------
     async def connect(self) -> None:
         reader, writer = await asyncio.open_unix_connection(self.socket)
-        requests = Segment.create(self.shm_prefix, REQUEST_ARENA_BYTES)
         try:
-            results = Segment.create(self.shm_prefix, RESULT_ARENA_BYTES)
+            requests = Segment.create(self.shm_prefix, REQUEST_ARENA_BYTES)
+            try:
+                results = Segment.create(self.shm_prefix, RESULT_ARENA_BYTES)
+            except OSError:
+                requests.unlink()
+                raise
         except OSError:
-            requests.unlink()
+            writer.close()
             raise
         try:
             wire.write_frame(writer, {"op": "hello", "requests": requests.name, "results": results.name})
@@ -219,12 +223,15 @@ class ExecutorLink:
         if "healthy" in header:
             self.healthy[p.model] = header["healthy"]
         op = header["op"]
-        if op == "done":
-            result = self._results_of(header, payload)
-        elif op == "whole_done":
-            result = pickle.loads(payload)
-        elif op == "error":
+        if op == "error":
             result = _error(header, self.device)
+        elif op in ("done", "whole_done"):
+            try:
+                result = self._results_of(header, payload) if op == "done" else pickle.loads(payload)
+            except (TesseraError, ValueError, TypeError, KeyError, pickle.UnpicklingError) as exc:  # this request only
+                log.exception("the answer of executor %s could not be read", self.device)
+                result = BackendFailure(f"executor {self.device}: its answer could not be read: "
+                                        f"{type(exc).__name__}: {exc}")
         else:  # cancelled
             result = NotReady(f"executor {self.device} dropped the request")
         if p.future.done():
@@ -241,7 +248,7 @@ class ExecutorLink:
         offset = header.get("off")
         if offset is None:
             return wire.decode_results(header["res"], header["n"], table, b"", 0)
-        nbytes = sum(wire._padded(np.dtype(d).itemsize * c) for d, c in table)
+        nbytes = sum(wire.padded(np.dtype(d).itemsize * c) for d, c in table)
         private = np.empty(nbytes, dtype=np.uint8)  # one copy out of the arena, then the block is free again
         private[:] = np.frombuffer(self._results.map, np.uint8, nbytes, offset)
         self._free_result(offset)
@@ -382,6 +389,10 @@ class RemoteEngine(Engine):
         if self.task.fetches_inputs:  # media URLs fetched here, under this front end's guard; the bytes travel
             await self.task.fetch_inputs(request)
         return await self.batcher.pick().whole(self.name, request, deadline)
+
+    def describe(self) -> dict:
+        """The engine's description, with the devices of the executors that serve it."""
+        return {**super().describe(), "executors": [link.device for link in self.links]}
 
     @property
     def healthy(self) -> bool:

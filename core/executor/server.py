@@ -87,14 +87,15 @@ class ExecutorServer:
             self.connections.discard(conn)
 
     async def drain_and_stop(self, timeout: float) -> None:
-        """Stop taking work, finish what is queued (within ``timeout``), then close."""
+        """Take no new connection; serve what the connected front ends send until none has work in flight
+        (within ``timeout``: the supervisor drains the front ends first), then refuse more and close."""
         if self.server is not None:
             self.server.close()
         deadline = time.monotonic() + timeout
-        for conn in list(self.connections):
-            conn.accepting = False
         while any(conn.tasks for conn in self.connections) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
+        for conn in list(self.connections):
+            conn.accepting = False
         for engine in self.engines.values():
             await engine.stop(drain=True, timeout=max(0.0, deadline - time.monotonic()))
         for conn in list(self.connections):

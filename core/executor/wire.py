@@ -116,7 +116,7 @@ def _fields(cls: type) -> list[str]:
 
 
 # ---- layout of arrays in a block ----------------------------------------------------------------------
-def _padded(nbytes: int) -> int:
+def padded(nbytes: int) -> int:
     return -(-nbytes // _ALIGN) * _ALIGN
 
 
@@ -131,13 +131,13 @@ class _Writer:
     def add(self, array: np.ndarray) -> None:
         self.parts.append(array)
         self.table.append([array.dtype.str, int(array.size)])
-        self.nbytes += _padded(array.nbytes)
+        self.nbytes += padded(array.nbytes)
 
     def add_concat(self, arrays: Sequence[np.ndarray], dtype: np.dtype, count: int) -> None:
         """The concatenation of ``arrays`` (written straight into the block, not built first)."""
         self.parts.append(list(arrays))
         self.table.append([np.dtype(dtype).str, int(count)])
-        self.nbytes += _padded(count * np.dtype(dtype).itemsize)
+        self.nbytes += padded(count * np.dtype(dtype).itemsize)
 
     def write(self, buf, offset: int) -> None:
         pos = offset
@@ -153,7 +153,7 @@ class _Writer:
                     np.concatenate(part, out=out, casting="same_kind")
             else:
                 out[:] = part.reshape(-1)
-            pos += _padded(count * dt.itemsize)
+            pos += padded(count * dt.itemsize)
 
 
 class _Reader:
@@ -165,7 +165,7 @@ class _Reader:
         self.next += 1
         dt = np.dtype(dtype)
         array = np.frombuffer(self.buf, dt, count, self.pos)
-        self.pos += _padded(count * dt.itemsize)
+        self.pos += padded(count * dt.itemsize)
         return array
 
 

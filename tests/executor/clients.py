@@ -6,12 +6,10 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import signal
-import time
 
 import numpy as np
 
-from core.errors import BackendFailure, NotReady, Overloaded
+from core.errors import Overloaded
 
 
 def load_client(settings, address: str, texts: list[str], references: dict, seed: int, requests: int,

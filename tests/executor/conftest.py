@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
-
-import pytest
 
 from core.config import ModelSpec, Settings
 
@@ -44,17 +41,3 @@ async def wait_for(condition, timeout: float = 60.0, step: float = 0.05) -> None
         if loop.time() > end:
             raise AssertionError(f"condition not met within {timeout}s")
         await asyncio.sleep(step)
-
-
-@pytest.fixture
-def run():
-    """Run a coroutine in a fresh event loop."""
-    return lambda coroutine: asyncio.run(coroutine)
-
-
-def stop_quietly(executors) -> None:
-    if executors is not None:
-        executors.stop(timeout=10.0)
-
-
-os.environ.setdefault("TESSERA_AUTO_EXPORT", "false")

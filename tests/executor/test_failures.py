@@ -13,6 +13,7 @@ import pytest
 
 from core.errors import BackendFailure, NotReady, StartupFailed
 from core.executor import ExecutorSet, remote_registry
+from core.serving.models import readiness
 from core.tasks.embed import EmbedRequest
 from tests.executor.conftest import alive, settings_for, wait_for
 
@@ -50,6 +51,8 @@ def test_a_killed_executor_fails_its_requests_only_and_comes_back(minilm_onnx_di
                 np.testing.assert_allclose(served.vectors[0], reference, atol=1e-4)
 
             await wait_for(lambda: not registry.ready)
+            with pytest.raises(NotReady, match="executor cpu:0"):  # /ready's 503 names it
+                readiness(registry, draining=False)
             assert "cpu:0" in executors.check() and "signal 9" in executors.check()
             with pytest.raises(NotReady, match="executor cpu:0"):
                 await a(EmbedRequest(texts=["while it is down"]))

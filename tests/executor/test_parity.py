@@ -127,6 +127,7 @@ def test_the_app_serves_a_remote_registry(executors, local):
         assert cards["emb"]["backend"] == "onnx"
         assert cards["rr"]["backend"] == "torch"
         assert cards["emb"]["dtype"] == "float32"
+        assert cards["emb"]["executors"] == ["cpu:0"]
         assert cards["emb"]["backend_reason"] == local.engines["emb"].choice.reason
         assert client.get("/ready").status_code == 200
         answer = client.post("/v1/embeddings", json={"model": "emb", "input": list(TEXTS)})
@@ -158,6 +159,59 @@ def test_what_does_not_fit_the_arenas_travels_in_the_frame(executors, local, mon
             assert_same(remote, local.engines["emb"].run_sync(make()), "per-token answer inline")
             small = await registry.engines["emb"](EmbedRequest(texts=["fits"]))
             assert_same(small, local.engines["emb"].run_sync(EmbedRequest(texts=["fits"])), "small answer")
+        finally:
+            await registry.stop()
+
+    asyncio.run(main())
+
+
+def test_the_deadline_travels_to_the_executor(executors):
+    """A request whose deadline has passed gets the executor batcher's 504, as in-process."""
+    import time
+
+    from core.errors import Timeout
+
+    async def main():
+        registry = remote_registry(executors.settings, executors.address)
+        await registry.start()
+        try:
+            engine = registry.engines["emb"]
+            with pytest.raises(Timeout) as caught:
+                await engine(EmbedRequest(texts=list(TEXTS)), deadline=time.monotonic() - 1.0)
+            assert caught.value.status == 504 and "deadline" in caught.value.message
+            (link,) = engine.links
+            assert link.outstanding["emb"] == 0 and link._allocator.in_use == 0
+            assert (await engine(EmbedRequest(texts=["still served"]))).vectors.shape == (1, 384)
+        finally:
+            await registry.stop()
+
+    asyncio.run(main())
+
+
+def test_an_answer_that_cannot_be_read_fails_its_request_only(executors, monkeypatch):
+    from core.errors import BackendFailure
+    from core.executor import wire
+
+    decode = wire.decode_results
+    calls = []
+
+    def broken_once(*args):
+        calls.append(1)
+        if len(calls) == 1:
+            raise ValueError("cannot reshape")
+        return decode(*args)
+
+    monkeypatch.setattr(wire, "decode_results", broken_once)
+
+    async def main():
+        registry = remote_registry(executors.settings, executors.address)
+        await registry.start()
+        try:
+            engine = registry.engines["emb"]
+            with pytest.raises(BackendFailure, match="executor cpu:0: its answer could not be read"):
+                await engine(EmbedRequest(texts=["first"]))
+            assert (await engine(EmbedRequest(texts=["second"]))).vectors.shape == (1, 384)
+            assert registry.ready
         finally:
             await registry.stop()
 

@@ -78,8 +78,11 @@ def test_stop_drains_and_leaves_nothing_behind(minilm_onnx_dir):
         await registry.start()
         engine = registry.engines["emb"]
         texts = [f"text {i} " * 20 for i in range(16)]
-        work = [asyncio.ensure_future(engine(EmbedRequest(texts=texts))) for _ in range(12)]
-        await wait_for(lambda: sum(link.sent.get("emb", 0) for link in engine.links) == len(work))
+        work = [asyncio.ensure_future(engine(EmbedRequest(texts=texts))) for _ in range(24)]
+        # every request sent, and answers coming back (the executors hold the rest)
+        await wait_for(lambda: sum(link.sent.get("emb", 0) for link in engine.links) == len(work)
+                       and sum(t.done() for t in work) >= 1, step=0.005)
+        assert sum(not t.done() for t in work) >= 4
         stopping = threading.Thread(target=executors.stop, args=(30.0,))
         stopping.start()  # SIGTERM: the executors finish what they hold before they exit
         results = await asyncio.gather(*work)
