@@ -110,7 +110,10 @@ def _check(r: dict, answer: dict, ref) -> None:
 
 
 async def _send_all(base: str, requests: list[dict]) -> list[tuple[dict, str, httpx.Response | None]]:
-    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+    # a new connection per request: the kernel spreads them over the front ends, and no request is sent on a
+    # kept-alive connection the server is closing for idleness (uvicorn's 5 s; a loaded machine starves this
+    # client's loop that long), which httpx reports as a ReadError without a retry
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=0)
     async with httpx.AsyncClient(base_url=base, limits=limits, timeout=180) as client:
         async def one(r):
             timeout = 0.002 + (r["i"] % 5) * 0.01 if r["cancel"] else 180
