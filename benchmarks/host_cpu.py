@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import statistics
 import time
@@ -34,6 +35,12 @@ MODELS = ("near-free", "minilm")
 #: tessera: this checkout; infinity; bare: the bare ASGI app (``benchmarks.bare_asgi``, the stack's floor);
 #: baseline: another checkout of Tessera (the commit before a change)
 SERVERS = ("tessera", "infinity", "bare", "baseline")
+#: ``tessera-fN``: this checkout as ``python -m core serve --frontends N`` (``--frontends`` of the script)
+FRONTENDS_SERVER = re.compile(r"^tessera-f([1-9][0-9]*)$")
+
+
+def known_server(name: str) -> bool:
+    return name in SERVERS or FRONTENDS_SERVER.match(name) is not None
 
 
 # ---- a process tree's CPU (Linux /proc) ----------------------------------------------------------------
@@ -246,7 +253,7 @@ def start(server: str, folder: Path, port: int, infinity_bin: str | None, tesser
     checkout ``baseline`` (the commit before a change), with ``baseline_options`` instead when given (an A/B of
     a setting: ``baseline`` may be this checkout); ``infinity``: its optimum engine, fp32, warnings
     only; ``bare``: the bare ASGI app answering with vectors of the model's dimension."""
-    if server in ("tessera", "baseline"):
+    if server in ("tessera", "baseline") or FRONTENDS_SERVER.match(server):
         from benchmarks import ROOT
         from benchmarks.server import start_server
 
@@ -255,7 +262,9 @@ def start(server: str, folder: Path, port: int, infinity_bin: str | None, tesser
         options = baseline_options if server == "baseline" and baseline_options is not None else tessera_options
         spec = {"path": str(folder), "name": "bench", "backend": "onnx", "dtype": "float32", **(options or {})}
         root = baseline if server == "baseline" else ROOT
-        return start_server([spec], port, None, dict(tessera_env or {}), output=output, root=root), "/ready"
+        match = FRONTENDS_SERVER.match(server)
+        return start_server([spec], port, None, dict(tessera_env or {}), output=output, root=root,
+                            frontends=int(match.group(1)) if match else None), "/ready"
     if server == "bare":
         from benchmarks.bare_asgi import start_bare
 
@@ -300,7 +309,7 @@ def run(models: list[str], servers: list[str], batches: list[int], concurrency: 
             try:
                 for server in servers:
                     port = free_port()
-                    logged = server in ("tessera", "baseline")
+                    logged = server in ("tessera", "baseline") or FRONTENDS_SERVER.match(server) is not None
                     output = open(log_dir / f"{model}-{server}.log", "w") if logged else None
                     proc, health = start(server, folder, port, infinity_bin, tessera_env, output, tessera_options,
                                          baseline, baseline_options)
@@ -405,6 +414,16 @@ def markdown(result: dict) -> str:
             if per:
                 ratios.append(f"| Tessera ÷ {label} | {model} | {batch} | {statistics.median(p[0] for p in per):.2f} "
                               f"| {statistics.median(p[1] for p in per):.2f} | {len(per)} |")
+    for (model, batch, server) in by:  # tessera-fN ÷ tessera-f1: what N front ends change, same run
+        match = FRONTENDS_SERVER.match(server)
+        if match and match.group(1) != "1" and (model, batch, "tessera-f1") in by:
+            per = [(t["us/emb"] / o["us/emb"], t["emb/s"] / o["emb/s"])
+                   for t, o in zip(_rounds(result, model, batch, server), _rounds(result, model, batch, "tessera-f1"))
+                   if t["us/emb"] and o["us/emb"] and o["emb/s"]]
+            if per:
+                ratios.append(f"| {match.group(1)} front ends ÷ 1 | {model} | {batch} | "
+                              f"{statistics.median(p[0] for p in per):.2f} | "
+                              f"{statistics.median(p[1] for p in per):.2f} | {len(per)} |")
     if ratios:
         lines += ["", "| ratio (median of the rounds' ratios) | model | texts/req | CPU per embedding | emb/s "
                       "| rounds |", "|---|---|---|---|---|---|", *ratios]

@@ -19,15 +19,21 @@ class ServerNotReady(SystemExit):
 
 
 def start_server(models: list[dict], port: int, threads: int | None, extra_env: dict,
-                 output=None, root: Path = ROOT) -> subprocess.Popen:
+                 output=None, root: Path = ROOT, frontends: int | None = None) -> subprocess.Popen:
     """``uvicorn core.dev:app`` on 127.0.0.1:``port`` serving ``models`` (TESSERA_MODELS), from the checkout
     ``root`` (default: this one; another: its code, e.g. the commit before a change, with this Python);
-    its stdout and stderr go to ``output`` (an open file) where given, else to this process's."""
+    its stdout and stderr go to ``output`` (an open file) where given, else to this process's. ``frontends``:
+    ``python -m core serve --frontends N`` instead (N = 1: one process; more: the supervisor, one executor per
+    device and N front ends, all in the process tree a benchmark counts)."""
     env = {**os.environ, "TESSERA_MODELS": json.dumps(models), "HF_HUB_OFFLINE": "1", **extra_env}
     if Path(root) != ROOT:
         env["PYTHONPATH"] = str(root)
     if threads:
         env["TESSERA_THREADS"] = str(threads)
+    if frontends is not None:
+        cmd = [sys.executable, "-m", "core", "serve", "--host", "127.0.0.1", "--port", str(port),
+               "--frontends", str(frontends), "--log-level", extra_env.get("TESSERA_LOG_LEVEL", "warning")]
+        return subprocess.Popen(cmd, cwd=root, env=env, stdout=output, stderr=output)
     cmd = [sys.executable, "-m", "uvicorn", "core.dev:app", "--host", "127.0.0.1", "--port", str(port),
            "--no-access-log", "--log-level", "warning", "--loop", "uvloop", "--http", "httptools"]
     return subprocess.Popen(cmd, cwd=root, env=env, stdout=output, stderr=output)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import logging
 import math
 import os
 import re
@@ -264,8 +265,9 @@ def port_in_use(host: str, port: int) -> str | None:
         try:
             sock.bind((host, port))
         except OSError as exc:
-            return (f"cannot listen on {host}:{port}: {exc.strerror or exc} (another server on that port? "
-                    "choose another with --port or TESSERA_PORT)")
+            from core.supervisor import port_taken_message
+
+            return port_taken_message(host, port, exc)
     return None
 
 
@@ -354,7 +356,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tessera: {exc.message}", file=sys.stderr)
         return 2
     from core.api.http_limits import http_options
+    from core.frontends import plan_for
 
+    plan = plan_for(settings)
+    if plan.count > 1:  # a supervisor, the executors and the front ends (core/supervisor.py)
+        from core.api.frontend import serve_with_frontends
+
+        return serve_with_frontends(settings, plan)
+    logging.getLogger("tessera").info("one process: %s", plan.reason)
     taken = port_in_use(settings.host, int(settings.port))  # before minutes of loading, not after
     if taken:
         print(f"tessera: {taken}", file=sys.stderr)
@@ -371,8 +380,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1
     app = create_app(settings, registry, metrics=metrics, tracer=tracer)
+    app.state.frontends = plan
     uvicorn.run(app, host=settings.host, port=int(settings.port), loop="auto",
                 **http_options(settings.max_header_bytes), access_log=False, log_level=settings.log_level.lower(),
                 timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),  # 0: stop now
                 **uvicorn_log_options(settings.log_format))
     return 0
+

@@ -359,6 +359,12 @@ class Settings(BaseSettings):
     shutdown_grace_s: float = Field(
         default=25.0, ge=0, description="on SIGTERM: time for in-flight work to finish (new work gets 503)"
     )
+    frontends: int | Literal["auto"] = Field(
+        default="auto", description="HTTP front-end processes of `python -m core serve` and SageMaker's `serve` "
+        "(they share the port; docs/architecture.md#processes): a number ≥ 1, or auto: 1 on a CPU-only server "
+        "(the models' own threads need the cores), with accelerators one per 2 cores their executors leave, at "
+        "most 8, and at least 2 when a model names several devices. 1: one process, as `uvicorn core.dev:app` "
+        "always is")
     # media input (image/audio embeddings; see core/media.py)
     media_max_bytes: int = Field(default=10 * 1024 * 1024, gt=0, description="bytes per image/audio input")
     media_max_pixels: int = Field(default=25_000_000, gt=0, description="pixels per image (width x height)")
@@ -405,6 +411,20 @@ class Settings(BaseSettings):
                            "links in /docs and the OpenAPI servers carry it")
     url_prefix: str = Field(default="", description="serve every route under this prefix (e.g. /v2 → "
                             "/v2/v1/embeddings, /v2/health), as Infinity's --url-prefix")
+
+    @field_validator("frontends", mode="before")
+    @classmethod
+    def _frontends(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text == "auto":
+                return "auto"
+            if not text.isdigit():
+                raise ValueError("expected a number of front-end processes (1, 2, ...) or auto")
+            value = int(text)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            raise ValueError("at least 1 front end (1: one process)")
+        return value
 
     @field_validator("log_level")
     @classmethod

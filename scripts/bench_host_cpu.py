@@ -16,6 +16,9 @@ texts, closed-loop clients.
     # seconds: one round, short cells
     python scripts/bench_host_cpu.py --quick --servers tessera --models near-free
 
+    # one process against two front ends (python -m core serve --frontends 1 / 2), interleaved
+    python scripts/bench_host_cpu.py --servers tessera --models near-free --frontends 1,2
+
 Figures per cell: µs of server CPU per embedding and per request (user + system time of the server process
 and all its descendants, children that exited included, read from /proc at the start and end of the
 measured window ÷ what was answered in it), embeddings/s, cores busy (CPU seconds ÷ wall seconds). The
@@ -43,7 +46,7 @@ import sys
 from pathlib import Path
 
 from benchmarks import ROOT
-from benchmarks.host_cpu import MODELS, SERVERS, markdown, run
+from benchmarks.host_cpu import MODELS, SERVERS, known_server, markdown, run
 
 INFINITY_SETUP = ("python3.11 -m venv .venv/infinity && .venv/infinity/bin/python -m pip install "
                   "torch==2.13.0 'infinity-emb[server,optimum]==0.0.78'   (or: scripts/compare_infinity.sh)")
@@ -77,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="a model-spec option for the baseline instead of --tessera-option's (repeatable): with "
                         "--baseline . an A/B of a setting, e.g. --tessera-option ort_spin='\"run\"' "
                         "--baseline-option ort_spin=true")
+    p.add_argument("--frontends", default=None, metavar="N[,M...]",
+                   help="serve this checkout as `python -m core serve --frontends N` (the supervisor, the executor "
+                        "and N front ends: the whole tree counted), once per value, as servers tessera-fN in place "
+                        "of tessera (e.g. 1,2: one process against two front ends, interleaved)")
     p.add_argument("--json", type=Path, help="also write every cell, the medians and the floors here")
     args = p.parse_args(argv)
     if args.quick:
@@ -91,7 +98,16 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--baseline {args.baseline}: not a checkout of Tessera (no core/dev.py)")
         args.baseline = args.baseline.resolve()
         servers += [] if "baseline" in servers else ["baseline"]
-    if unknown := [s for s in servers if s not in SERVERS]:
+    if args.frontends:
+        try:
+            counts = [int(n) for n in args.frontends.split(",")]
+        except ValueError:
+            p.error(f"--frontends {args.frontends}: expected numbers, e.g. 1,2")
+        if any(n < 1 for n in counts):
+            p.error("--frontends: at least 1 front end")
+        named = [f"tessera-f{n}" for n in counts]
+        servers = named + [s for s in servers if s != "tessera" and s not in named]
+    if unknown := [s for s in servers if not known_server(s)]:
         p.error(f"unknown server(s) {', '.join(unknown)}: use {', '.join(SERVERS)}")
     if "baseline" in servers and args.baseline is None:
         p.error("the baseline server needs --baseline DIR")

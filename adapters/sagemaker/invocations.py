@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import os
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,7 @@ from core.capabilities import AUXILIARY_CAPABILITIES
 from core.config import Settings
 from core.engine import Registry
 from core.errors import InvalidInput, NotFound, TesseraError, TooLarge
+from core.metrics import Metrics
 from core.tracing import NO_TRACER, NoTracer, OtelTracer
 
 CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
@@ -343,14 +345,29 @@ def warm_requests(registry: Registry) -> list[WarmRequest]:
 def create_sagemaker_app(settings: Settings, registry: Registry | None = None, *, default_route: str | None = None,
                          max_response_bytes: int = SAGEMAKER_MAX_RESPONSE_BYTES,
                          record_concurrency: int = DEFAULT_CONCURRENCY,
-                         tracer: NoTracer | OtelTracer = NO_TRACER) -> FastAPI:
+                         tracer: NoTracer | OtelTracer = NO_TRACER, metrics: Metrics | None = None) -> FastAPI:
     """The one app (``core.api.app.create_app``) plus ``/ping`` (SageMaker's health check: no API key,
     answered while draining), ``/invocations`` and ``/execution-parameters``.
     ``max_response_bytes``: 0 = no response-size guard."""
     # a model that fails to load keeps /ping at 503 (naming it): SageMaker's health check holds the
     # endpoint back and the reason is in the logs, rather than a container that exits and restarts
     app = create_app(settings, registry, health_paths={"/ping"}, fail_unusable=False,
-                     tracer=tracer, warm_requests=warm_requests,
+                     tracer=tracer, warm_requests=warm_requests, metrics=metrics,
                      response_limit=ResponseLimit(max_response_bytes, too_large) if max_response_bytes else None)
     app.include_router(build_router(default_route, record_concurrency=record_concurrency))
+    return app
+
+
+def frontend_app(settings, handoff) -> FastAPI:
+    """One front end of ``serve`` with several (``core.api.frontend``): the same app, its models in the
+    executors (``handoff.executors``), so ``/ping`` answers 200 only while every executor serves."""
+    from core.executor import remote_registry
+    from core.tracing import tracer_from_env
+
+    metrics = Metrics()
+    tracer = tracer_from_env(os.environ)
+    registry = remote_registry(settings, handoff.executors, metrics=metrics, tracer=tracer)
+    app = create_sagemaker_app(settings, registry, default_route=settings.sagemaker_route,
+                               max_response_bytes=settings.sagemaker_max_response_bytes, tracer=tracer,
+                               metrics=metrics)
     return app

@@ -131,6 +131,10 @@ class ExecutorLink:
                 segment.unlink()
                 segment.close()
             raise ConnectionError(f"executor {self.device} refused the connection: {exc}") from exc
+        # the executor has mapped both (it attaches before its welcome): the names are no longer needed, and
+        # a segment without a name is freed by the kernel when the last process mapping it exits, SIGKILL too
+        for segment in (requests, results):
+            segment.unlink()
         self.pid = welcome.get("pid", self.pid)
         self._requests, self._results = requests, results
         self._allocator = Allocator(requests.size)

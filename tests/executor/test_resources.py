@@ -58,13 +58,14 @@ def test_stop_drains_and_leaves_nothing_behind(minilm_onnx_dir):
     assert len(pids) == 2 and all(alive(p) for p in pids)
     assert all(os.getpgid(p) == os.getpgid(0) for p in pids)  # in the supervisor's process group
 
-    # a front end killed without closing: the executors unlink the arenas it made
+    # a front end killed without closing leaves no segment: the arenas (two per executor connection) lose their
+    # names as soon as the executor has mapped them, so the kernel frees them with the last process mapping them
     ready = SPAWN.Event()
     killed = SPAWN.Process(target=clients.connect_and_wait, args=(executors.settings, executors.address, ready))
     killed.start()
     try:
         assert ready.wait(60)
-        assert len(segments(prefix)) == 4  # two arenas per executor connection
+        assert segments(prefix) == []
         os.kill(killed.pid, signal.SIGKILL)
         killed.join(10)
         asyncio.run(wait_for(lambda: segments(prefix) == [], timeout=30))

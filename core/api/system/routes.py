@@ -9,6 +9,7 @@ from core.api.common import ErrorResponse, dumps
 from core.api.system import schemas
 from core.api.system.encode import model_list
 from core.api.http import JSONBytes, serving_of
+from core.frontends import ONE_PROCESS
 from core.serving import models
 
 router = APIRouter()
@@ -17,7 +18,9 @@ router = APIRouter()
 @router.get("/v1/models", response_model=schemas.ModelList, summary="List served models")
 @router.get("/models", include_in_schema=False)
 async def list_models(request: Request) -> Response:
-    return JSONBytes(dumps(model_list(models.cards(serving_of(request)))))
+    # how many front-end processes serve, and why (set by the entry point; one process where none says)
+    frontends = getattr(request.app.state, "frontends", None) or ONE_PROCESS
+    return JSONBytes(dumps(model_list(models.cards(serving_of(request)), frontends.as_dict())))
 
 
 @router.get("/health", summary="Liveness: the process answers")

@@ -16,6 +16,12 @@ class ModelCard(BaseModel):
     model_sha: str | None = None  # the Hub commit served; null for a local folder
 
 
+class Frontends(BaseModel):
+    count: int  # front-end processes serving this port (1: one process)
+    reason: str  # why that many (the setting `frontends`, or what `auto` found)
+
+
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+    frontends: Frontends | None = None

@@ -1,0 +1,127 @@
+"""One front-end process of a server with several (``core.supervisor`` starts it: ``python -m core.api.frontend``).
+
+It reads the supervisor's hand-off (``core.supervisor.Handoff``, JSON on stdin), asks to die with the
+supervisor, builds the app with the surface's factory (``extra["app"]``, ``module:function``; default
+:func:`tessera_app`) and serves it with uvicorn on the inherited listening socket. Each answer carries
+``X-Tessera-Frontend: <index>``, so a client (and the tests) can tell the front ends apart. It exits 0 after a
+drain (SIGTERM: stop accepting, finish what is in flight within ``shutdown_grace_s``), 3 when the app could not
+start (as ``uvicorn`` does).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+
+class FrontendHeader:
+    """Adds ``X-Tessera-Frontend: <index>`` to every HTTP answer (pure ASGI; the lifespan passes through)."""
+
+    def __init__(self, app, index: int):
+        self.app = app
+        self.header = (b"x-tessera-frontend", str(index).encode())
+
+    def __getattr__(self, name):  # .state, .router ...: the app's
+        return getattr(self.app, name)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        header = self.header
+
+        async def send_with_header(message):
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), header]
+            await send(message)
+
+        await self.app(scope, receive, send_with_header)
+
+
+def tessera_app(settings, handoff):
+    """The app of ``python -m core serve``: the models from the executors (``handoff.executors``), else loaded
+    in this process by the app's lifespan."""
+    from core.api.app import create_app
+    from core.metrics import Metrics
+    from core.tracing import tracer_from_env
+
+    metrics = Metrics()
+    tracer = tracer_from_env(os.environ)
+    registry = None
+    if handoff.executors is not None:
+        from core.executor import remote_registry
+
+        registry = remote_registry(settings, handoff.executors, metrics=metrics, tracer=tracer)
+    return create_app(settings, registry, metrics=metrics, tracer=tracer)
+
+
+def command_and_environment() -> tuple[list[str], dict[str, str]]:
+    """The front end's command line, and its environment: this one, with the folder holding ``core`` first on
+    ``PYTHONPATH`` (a surface may run from elsewhere, e.g. SageMaker's ``serve`` from ``/``)."""
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.environ.get("PYTHONPATH")
+    env = {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
+    return [sys.executable, "-m", "core.api.frontend"], env
+
+
+def serve_with_frontends(settings, plan, *, extra: dict | None = None) -> int:
+    """Serve with ``plan.count`` front ends: the supervisor (``core.supervisor``) binds the port, starts one
+    executor per device (``core.executor.ExecutorSet``) and the front ends; returns the exit status.
+    ``extra``: the surface's own (``settings``: its Settings class, ``app``: its app factory, ``uvicorn``:
+    more ``uvicorn.Config`` keywords), as ``module:name`` strings."""
+    from core.executor import ExecutorSet
+    from core.supervisor import Supervisor
+
+    command, env = command_and_environment()
+    return Supervisor(settings, plan, command, executors=ExecutorSet.start, extra=extra, env=env).run()
+
+
+def _resolve(name: str):
+    module, _, attr = name.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def main() -> int:
+    from core.supervisor import Handoff, die_with_parent
+
+    handoff = Handoff.read(sys.stdin)
+    die_with_parent(handoff.parent)
+    import uvicorn
+
+    from core.api.http_limits import http_options
+    from core.frontends import FrontendPlan
+    from core.logs import configure_logging, uvicorn_log_options
+    from core.supervisor import signal_ready
+
+    settings_class = _resolve(handoff.extra.get("settings", "core.config:Settings"))
+    settings = settings_class.model_validate(handoff.settings)
+    configure_logging(settings.log_level, fmt=settings.log_format)
+    app = _resolve(handoff.extra.get("app", "core.api.frontend:tessera_app"))(settings, handoff)
+    app.state.frontends = FrontendPlan(**handoff.plan)
+    listener = socket.socket(fileno=handoff.fd)
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None):
+            await super().startup(sockets)
+            if self.started and not self.should_exit:
+                signal_ready(handoff)
+
+    config = uvicorn.Config(FrontendHeader(app, handoff.index), loop="auto", access_log=False, lifespan="on",
+                            log_level=settings.log_level.lower(), timeout_graceful_shutdown=math.ceil(
+                                settings.shutdown_grace_s), **http_options(settings.max_header_bytes),
+                            **uvicorn_log_options(settings.log_format), **handoff.extra.get("uvicorn", {}))
+    # uvicorn raises the signal that stopped it again once it has drained: here that is the end, status 0
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: None)
+    server = Server(config)
+    server.run(sockets=[listener])
+    return 0 if server.started else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
