@@ -60,6 +60,19 @@ def tessera_app(settings, handoff):
     return create_app(settings, registry, metrics=metrics, tracer=tracer)
 
 
+def metrics_peers(app, handoff):
+    """With executors, ``/metrics`` answers for the whole server (``core.metrics_gather``): the app's
+    ``metrics_peers`` are the other front ends and the executors, found in the run directory."""
+    if handoff.executors is None or getattr(app.state, "metrics", None) is None:
+        return None
+    from core.executor.client import read_address
+    from core.metrics_gather import Peers
+
+    sockets = {device: entry["socket"] for device, entry in read_address(handoff.executors)["executors"].items()}
+    app.state.metrics_peers = Peers(handoff.executors, handoff.index, int(handoff.plan["count"]), sockets)
+    return app.state.metrics_peers
+
+
 def command_and_environment() -> tuple[list[str], dict[str, str]]:
     """The front end's command line, and its environment: this one, with the folder holding ``core`` first on
     ``PYTHONPATH`` (a surface may run from elsewhere, e.g. SageMaker's ``serve`` from ``/``)."""
@@ -103,12 +116,18 @@ def main() -> int:
     configure_logging(settings.log_level, fmt=settings.log_format)
     app = _resolve(handoff.extra.get("app", "core.api.frontend:tessera_app"))(settings, handoff)
     app.state.frontends = FrontendPlan(**handoff.plan)
+    peers = metrics_peers(app, handoff)
     listener = socket.socket(fileno=handoff.fd)
 
     class Server(uvicorn.Server):
         async def startup(self, sockets=None):
             await super().startup(sockets)
             if self.started and not self.should_exit:
+                if peers is not None:  # the other front ends gather this one's metrics here
+                    from core.metrics_gather import frontend_socket, serve_exposition
+
+                    self.metrics_server = await serve_exposition(frontend_socket(peers.run_dir, handoff.index),
+                                                                 app.state.metrics.render)
                 signal_ready(handoff)
 
     config = uvicorn.Config(FrontendHeader(app, handoff.index), loop="auto", access_log=False, lifespan="on",

@@ -66,9 +66,11 @@ def model_report(engine) -> dict:
 
 
 class ExecutorServer:
-    def __init__(self, engines: dict[str, Any], device: str):
+    def __init__(self, engines: dict[str, Any], device: str, metrics=None):
         self.engines = engines
         self.device = device
+        #: this process's ``core.metrics.Metrics`` (the batch metrics of its models), answered to ``metrics``
+        self.metrics = metrics
         self.connections: set[_Connection] = set()
         self.server: asyncio.AbstractServer | None = None
         self.stopping = asyncio.Event()
@@ -85,6 +87,14 @@ class ExecutorServer:
             await conn.run()
         finally:
             self.connections.discard(conn)
+
+    def render_metrics(self) -> bytes:
+        """This executor's exposition, with each model's queue depth as of now."""
+        if self.metrics is None:
+            return b""
+        for name, engine in self.engines.items():
+            self.metrics.queue_depth.labels(name).set(engine.batcher.depth)
+        return self.metrics.render()
 
     async def drain_and_stop(self, timeout: float) -> None:
         """Take no new connection; serve what the connected front ends send until none has work in flight
@@ -116,6 +126,10 @@ class _Connection:
     async def run(self) -> None:
         try:
             header, _ = await wire.read_frame(self.reader)
+            if header.get("op") == "metrics":  # a front end gathering /metrics (core.metrics_gather)
+                wire.write_frame(self.writer, {"op": "metrics"}, self.server.render_metrics())
+                await self.writer.drain()
+                return
             if header.get("op") != "hello":
                 return
             self.requests = Segment.attach(header["requests"])
@@ -268,12 +282,15 @@ def executor_main(settings, device: str, specs: list, socket_path: str, conn, pa
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from core.engine import Engine
     from core.logs import configure_logging
+    from core.metrics import Metrics
 
     configure_logging(settings.log_level, fmt=settings.log_format)
+    metrics = Metrics()
     engines = {}
     for spec in specs:
         try:
-            engines[spec.served_name] = Engine.load(spec, settings)
+            with metrics.muted():  # the warm-up pass is not the users' work
+                engines[spec.served_name] = Engine.load(spec, settings, metrics)
         except TesseraError as exc:
             conn.send(("failed", spec.served_name, exc.message))
             return
@@ -281,11 +298,12 @@ def executor_main(settings, device: str, specs: list, socket_path: str, conn, pa
             conn.send(("failed", spec.served_name, f"{type(exc).__name__}: {exc}"))
             return
     report = {name: model_report(engine) for name, engine in engines.items()}
-    asyncio.run(_serve(engines, device, socket_path, conn, report, settings.shutdown_grace_s))
+    asyncio.run(_serve(engines, device, socket_path, conn, report, settings.shutdown_grace_s, metrics))
 
 
-async def _serve(engines: dict, device: str, socket_path: str, conn, report: dict, grace: float) -> None:
-    server = ExecutorServer(engines, device)
+async def _serve(engines: dict, device: str, socket_path: str, conn, report: dict, grace: float,
+                 metrics=None) -> None:
+    server = ExecutorServer(engines, device, metrics)
     await server.serve(socket_path)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

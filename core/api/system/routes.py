@@ -37,6 +37,9 @@ async def ready(request: Request) -> Response:
 @router.get("/metrics", summary="Prometheus metrics")
 async def metrics(request: Request) -> Response:
     m = request.app.state.metrics
+    peers = getattr(request.app.state, "metrics_peers", None)
+    if peers is not None:  # several processes: this answer gathers them all (the queue depths are the executors')
+        return Response(await peers.gather(m.render()), media_type=m.content_type)
     registry = request.app.state.registry
     if registry is not None:
         for name, engine in registry.engines.items():
