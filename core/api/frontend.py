@@ -61,12 +61,12 @@ def tessera_app(settings, handoff):
 
 
 def metrics_peers(app, handoff):
-    """With executors, ``/metrics`` answers for the whole server (``core.metrics_gather``): the app's
+    """With executors, ``/metrics`` answers for the whole server (``core.executor.metrics``): the app's
     ``metrics_peers`` are the other front ends and the executors, found in the run directory."""
     if handoff.executors is None or getattr(app.state, "metrics", None) is None:
         return None
     from core.executor.client import read_address
-    from core.metrics_gather import Peers
+    from core.executor.metrics import Peers
 
     sockets = {device: entry["socket"] for device, entry in read_address(handoff.executors)["executors"].items()}
     app.state.metrics_peers = Peers(handoff.executors, handoff.index, int(handoff.plan["count"]), sockets)
@@ -124,7 +124,7 @@ def main() -> int:
             await super().startup(sockets)
             if self.started and not self.should_exit:
                 if peers is not None:  # the other front ends gather this one's metrics here
-                    from core.metrics_gather import frontend_socket, serve_exposition
+                    from core.executor.metrics import frontend_socket, serve_exposition
 
                     self.metrics_server = await serve_exposition(frontend_socket(peers.run_dir, handoff.index),
                                                                  app.state.metrics.render)

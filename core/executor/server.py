@@ -126,7 +126,7 @@ class _Connection:
     async def run(self) -> None:
         try:
             header, _ = await wire.read_frame(self.reader)
-            if header.get("op") == "metrics":  # a front end gathering /metrics (core.metrics_gather)
+            if header.get("op") == "metrics":  # a front end gathering /metrics (core.executor.metrics)
                 wire.write_frame(self.writer, {"op": "metrics"}, self.server.render_metrics())
                 await self.writer.drain()
                 return

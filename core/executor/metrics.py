@@ -21,6 +21,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from core.executor import wire
+
 log = logging.getLogger(__name__)
 
 #: seconds a scrape waits for another process's exposition
@@ -119,8 +121,6 @@ class Peers:
             writer.close()
 
     async def _executor(self, path: str) -> bytes:
-        from core.executor import wire
-
         reader, writer = await asyncio.open_unix_connection(path)
         try:
             wire.write_frame(writer, {"op": "metrics"})
