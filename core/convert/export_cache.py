@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
