@@ -202,28 +202,8 @@ def test_sigterm_drains_every_frontend_and_exits_0(one_model):
     long_texts = [" ".join(WORDS * 12) + f" {i}" for i in range(300)]
     env = {"TESSERA_SHUTDOWN_GRACE_S": "120", "TESSERA_REQUEST_TIMEOUT_S": "300"}
     with supervised_server(one_model, 2, env, name="sigterm") as server:
-        async def load():
-            limits = httpx.Limits(max_connections=64)
-            async with httpx.AsyncClient(base_url=server.base, limits=limits, timeout=300) as client:
-                async def one(i):
-                    return await client.post("/v1/embeddings", json={"model": "nf", "input": long_texts})
-
-                tasks = [asyncio.create_task(one(i)) for i in range(12)]
-                # SIGTERM once the work is in the front ends: one scrape shows every process's in-flight gauge
-                inflight = 0.0
-                for _ in range(2000):
-                    async with httpx.AsyncClient(base_url=server.base, timeout=60) as probe:
-                        resp = await probe.get("/metrics")
-                    inflight = sum(s.value for f in text_string_to_metric_families(resp.text) for s in f.samples
-                                   if s.name == "tessera_inflight_requests")
-                    if inflight >= 6:
-                        break
-                    await asyncio.sleep(0.02)
-                assert inflight >= 6, inflight
-                os.kill(server.proc.pid, signal.SIGTERM)
-                return await asyncio.gather(*tasks, return_exceptions=True)
-
-        answers = asyncio.run(load())
+        # SIGTERM once the work is in the front ends: one scrape shows every process's in-flight gauge
+        answers = _heavy_load(server, long_texts, 12, 6, lambda: os.kill(server.proc.pid, signal.SIGTERM))
         assert server.proc.wait(180) == 0, server.log()[-3000:]
         ok = [a for a in answers if isinstance(a, httpx.Response) and a.status_code == 200]
         # what was in flight finished; what came after SIGTERM was refused in the error shape or not accepted
