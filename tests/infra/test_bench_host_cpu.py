@@ -105,15 +105,7 @@ def test_a_baseline_server_runs_the_code_of_its_own_checkout(tmp_path):
     from benchmarks.loopback import free_port
     from benchmarks.server import start_server, stop_server, wait_ready
 
-    (tmp_path / "core").mkdir()
-    (tmp_path / "core" / "__init__.py").write_text("")
-    (tmp_path / "core" / "dev.py").write_text(textwrap.dedent("""
-        async def app(scope, receive, send):
-            if scope["type"] != "http":
-                return
-            await send({"type": "http.response.start", "status": 200, "headers": []})
-            await send({"type": "http.response.body", "body": __file__.encode()})
-    """))
+    _checkout_answering(tmp_path, "__file__")
     port = free_port()
     proc = start_server([], port, None, {}, output=subprocess.DEVNULL, root=tmp_path)
     try:
@@ -133,17 +125,7 @@ def test_the_baseline_takes_its_own_model_options(tmp_path):
     from benchmarks.loopback import free_port
     from benchmarks.server import stop_server, wait_ready
 
-    (tmp_path / "core").mkdir()
-    (tmp_path / "core" / "__init__.py").write_text("")
-    (tmp_path / "core" / "dev.py").write_text(textwrap.dedent("""
-        import os
-
-        async def app(scope, receive, send):
-            if scope["type"] != "http":
-                return
-            await send({"type": "http.response.start", "status": 200, "headers": []})
-            await send({"type": "http.response.body", "body": os.environ["TESSERA_MODELS"].encode()})
-    """))
+    _checkout_answering(tmp_path, 'os.environ["TESSERA_MODELS"]')
 
     def spec(baseline_options):
         port = free_port()
@@ -184,3 +166,19 @@ def test_the_bare_asgi_floor_answers_what_the_load_generator_verifies():
         assert httpx.post(url + "/embeddings", content=b"not json").status_code == 400
     finally:
         stop_server(proc)
+
+
+def _checkout_answering(root, value: str) -> None:
+    """A checkout at ``root`` whose ``core.dev:app`` answers every request with ``value`` (a Python expression
+    evaluated in that module, which imports ``os``), so a test sees which code and settings a server ran with."""
+    (root / "core").mkdir()
+    (root / "core" / "__init__.py").write_text("")
+    (root / "core" / "dev.py").write_text(textwrap.dedent(f"""
+        import os
+
+        async def app(scope, receive, send):
+            if scope["type"] != "http":
+                return
+            await send({{"type": "http.response.start", "status": 200, "headers": []}})
+            await send({{"type": "http.response.body", "body": {value}.encode()}})
+    """))
