@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 BatchFn = Callable[[list[Any]], list[Any]]
 
+#: "no group chosen yet" (None is a group: the default one)
+_NO_GROUP = object()
+
 #: padding (tokens) an item may add to a batch beyond its own length before it waits for a better batch
 PAD_SLACK = 32
 
@@ -192,9 +195,11 @@ class Batcher:
             return await asyncio.wait_for(req.future, max(deadline - time.monotonic(), 0.0))
         except asyncio.TimeoutError:
             req.cancelled = True
+            self._forget(req)
             raise Timeout("the request's deadline passed before it was served") from None
         except asyncio.CancelledError:
             req.cancelled = True  # caller went away (client disconnect): drop its queued work
+            self._forget(req)
             raise
 
     # loop ------------------------------------------------------------------------------------
@@ -309,12 +314,19 @@ class Batcher:
                 slot.request.future.set_exception(exc)
 
     def _take(self) -> list[_Slot]:
-        """Pop the next batch: drop dead work, then pick by length around the oldest item."""
+        """Pop the next batch: from the queue's head, drop dead work until ``window`` live items of the oldest
+        live item's group are in view, then pick by length around the oldest. Only that head is walked: the
+        queue may hold thousands of items (a cancelled request's are removed at once, by ``_forget``)."""
         now = time.monotonic()
-        live: list[_Slot] = []
-        for slot in self._queue:
+        queue = self._queue
+        kept: list[_Slot] = []  # the live items walked, in order
+        window: list[_Slot] = []
+        group: Any = _NO_GROUP
+        walked = 0
+        for slot in queue:
+            walked += 1
             req = slot.request
-            if req.done():
+            if req.cancelled or req.future.done():
                 if req.cancelled:
                     self._dropped("cancelled")
                 continue
@@ -322,16 +334,29 @@ class Batcher:
                 self._dropped("deadline")
                 req.future.set_exception(Timeout("the request's deadline passed while it was queued"))
                 continue
-            live.append(slot)
-        self._queue = live
-        if not live:
+            kept.append(slot)
+            if group is _NO_GROUP:
+                group = slot.group  # the oldest item's group: nobody starves, groups never mix
+            if slot.group == group:
+                window.append(slot)
+                if len(window) == self.window:
+                    break
+        if not window:
+            self._queue = queue[walked:]
             return []
-        group = live[0].group  # the oldest item's group: nobody starves, groups never mix
-        window = [s for s in live if s.group == group][: self.window]
         chosen = self._around_oldest(window)
         picked = set(map(id, chosen))
-        self._queue = [s for s in live if id(s) not in picked]
+        self._queue = [s for s in kept if id(s) not in picked] + queue[walked:]
         return chosen
+
+    def _forget(self, req: _Request) -> None:
+        """A request that will not be answered (its caller went away or its deadline passed): its queued
+        items leave the queue now, so they hold no queue room (429) until a batch would have reached them."""
+        queue = self._queue
+        live = [s for s in queue if s.request is not req]
+        for _ in range(len(queue) - len(live)):
+            self._dropped("cancelled")
+        self._queue = live
 
     def _around_oldest(self, window: list[_Slot]) -> list[_Slot]:
         """Grow a batch from the oldest item through its length-neighbours within the budget, always

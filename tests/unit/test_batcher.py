@@ -217,6 +217,40 @@ def test_cancelled_caller_work_is_dropped():
     assert drops == ["cancelled", "cancelled"]
 
 
+def test_a_cancelled_request_frees_its_queue_room_at_once():
+    """While a batch runs, a cancelled request's queued items leave the queue when it is cancelled (not when a
+    batch would have reached them): the queue's depth drops and a request that needs the room is queued."""
+    rec = Recorder()
+
+    async def main():
+        b = make(rec, max_batch_size=2, max_queue_items=6, on_drop=lambda reason: None)
+        await b.start()
+        rec.gate.clear()
+        blocker = asyncio.ensure_future(b.submit(["slow"], costs=[1]))
+        await asyncio.sleep(0.02)
+        gone = asyncio.ensure_future(b.submit([f"gone{i}" for i in range(5)], costs=[1] * 5))
+        await asyncio.sleep(0.02)
+        full = b.depth
+        with pytest.raises(Overloaded):
+            await b.submit(["late0", "late1", "late2"], costs=[1] * 3)
+        gone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        emptied = b.depth
+        later = asyncio.ensure_future(b.submit(["late0", "late1", "late2"], costs=[1] * 3))
+        await asyncio.sleep(0)
+        rec.gate.set()
+        await blocker
+        out = await later
+        await b.stop()
+        return full, emptied, out
+
+    full, emptied, out = run(main())
+    assert (full, emptied) == (5, 0)
+    assert out == [("out", "late0"), ("out", "late1"), ("out", "late2")]
+    assert not any(str(x).startswith("gone") for batch in rec.batches for x in batch)
+
+
 def test_not_accepting_before_start_and_after_stop():
     async def main():
         b = make(Recorder())
