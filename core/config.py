@@ -327,6 +327,11 @@ class Settings(BaseSettings):
     api_keys: list[str] = Field(default_factory=list, description="accepted API keys (JSON list); empty: no auth")
     threads: int = Field(default_factory=lambda: len(os.sched_getaffinity(0)), gt=0, description="runtime threads")
     request_timeout_s: float = Field(default=60.0, gt=0, description="deadline of a request (504 after)")
+    tokenizer_parallelism: bool = Field(
+        default=False, description="the tokenizers library's own threads inside one request's texts "
+        "(TOKENIZERS_PARALLELISM): false tokenizes each request on one thread and requests in parallel (less CPU "
+        "per text: no threads spinning between short batches); true also splits one large request's texts over "
+        "the cores (lower latency for a single large request at low load)")
     max_request_bytes: int = Field(default=8 * 1024 * 1024, gt=0, description="request body limit (413)")
     max_header_bytes: int = Field(default=64 * 1024, gt=0, description="request line and headers together (431 "
                                   "beyond), per request; enforced by every entry point: `python -m core serve`, "

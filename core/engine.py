@@ -24,6 +24,7 @@ from core.tasks import create_task, task_class
 from core.tracing import NO_TRACER, NoTracer, OtelTracer
 from core.tasks.base import RequestLimits, Task
 from core.tasks.chunking import check_default as check_chunking_default
+from core.tokenization import set_parallelism
 
 log = logging.getLogger(__name__)
 
@@ -252,6 +253,7 @@ class Registry:
         still load; whether that may serve is :meth:`raise_if_unusable`'s rule. ``warm_up=False`` leaves the
         warm-up to the caller (:meth:`warm_up`), or skips it (Lambda's on-demand init)."""
         registry = cls(allow_degraded=settings.allow_degraded)
+        set_parallelism(settings.tokenizer_parallelism)
         specs = settings.model_specs()
         problems = [problem for spec in specs if (problem := device_list_problem(spec)) is not None]
         if problems:

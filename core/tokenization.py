@@ -3,6 +3,7 @@ starts fast). Truncation and padding are ours: the folder's tokenizer.json setti
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -45,6 +46,20 @@ def unencodable(texts: Sequence[str], param: str = "input") -> InvalidInput | No
                 param=param, code="invalid_text",
             )
     return None
+
+
+def set_parallelism(enabled: bool) -> None:
+    """The tokenizers library's threads inside one call (``settings.tokenizer_parallelism``): the library
+    reads its ``TOKENIZERS_PARALLELISM`` variable at every call, so this process's environment is where the
+    setting goes; called where the settings reach the models (``Registry.from_settings``, a front end's
+    ``remote_registry``, an executor's start)."""
+    os.environ["TOKENIZERS_PARALLELISM"] = "true" if enabled else "false"
+
+
+def _fast(tokenizer):
+    """``encode_batch_fast`` (tokenizers ≥ 0.21: no character offsets, which embedding never reads) where the
+    library has it, else ``encode_batch``."""
+    return getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
 
 
 def _guarded(encode, texts: Sequence[str], param: str, **kwargs):
@@ -113,11 +128,11 @@ class TextTokenizer:
         (unless ``check_length=False``: then it is returned whole); ``direction="left"`` keeps the end of
         an over-long text (the special tokens are added after the cut)."""
         if truncate and direction == "left":
-            encodings = _guarded(self._left_truncating().encode_batch, list(texts), param)
+            encodings = _guarded(_fast(self._left_truncating()), list(texts), param)
         elif truncate:
-            encodings = _guarded(self._truncating.encode_batch, list(texts), param)
+            encodings = _guarded(_fast(self._truncating), list(texts), param)
         else:
-            encodings = _guarded(self._full.encode_batch, list(texts), param)
+            encodings = _guarded(_fast(self._full), list(texts), param)
             for i, enc in enumerate(encodings if check_length else ()):
                 if len(enc.ids) > self.max_length:
                     raise TooLarge(

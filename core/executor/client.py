@@ -30,6 +30,7 @@ from core.config import ModelSpec, Settings
 from core.engine import UNHEALTHY_AFTER, Engine, Registry
 from core.errors import BackendFailure, NotReady, StartupFailed, TesseraError
 from core.executor import wire
+from core.tokenization import set_parallelism
 from core.executor.shm import Allocator, Segment
 from core.loading import read_model_info
 from core.metrics import Metrics
@@ -439,6 +440,7 @@ def remote_registry(settings: Settings, address: str, *, metrics: Metrics | None
     front end: each model's task built here from its folder and what the executor reports (the backend it
     chose, its dtype and limits; no backend is created, no weight read); the links connect when the registry
     starts (``Registry.start``, in the app's lifespan)."""
+    set_parallelism(settings.tokenizer_parallelism)
     described = read_address(address)
     prefix = described["shm_prefix"]
     links = {device: ExecutorLink(device, entry["socket"], prefix, entry.get("pid"))

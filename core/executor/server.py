@@ -279,12 +279,13 @@ def _error_header(rid: int, exc: TesseraError, engine) -> dict:
 def executor_main(settings, device: str, specs: list, socket_path: str, conn, parent_pid: int) -> None:
     """The executor process's entry point (``multiprocessing`` spawn): load, report, serve until SIGTERM."""
     die_with_parent(parent_pid)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from core.engine import Engine
+    from core.tokenization import set_parallelism
     from core.logs import configure_logging
     from core.metrics import Metrics
 
     configure_logging(settings.log_level, fmt=settings.log_format)
+    set_parallelism(settings.tokenizer_parallelism)
     metrics = Metrics()
     engines = {}
     for spec in specs:
