@@ -377,7 +377,10 @@ class ThreadExecutor:
 
     def _serve_thread(self, socket_path: str, started) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self._serve(socket_path, started))
+        try:
+            self.loop.run_until_complete(self._serve(socket_path, started))
+        except Exception:  # the loop broke: the thread ends, and check() reports it to the supervisor
+            log.exception("executor %s (a thread of pid %d) stopped", self.device, os.getpid())
 
     async def _serve(self, socket_path: str, started) -> None:
         server = ExecutorServer(self.engines, self.device, self.metrics)
@@ -427,7 +430,12 @@ class ThreadExecutor:
             self._thread.join(timeout + 30.0)
             if self._thread.is_alive():
                 log.warning("executor %s (a thread of this process) did not stop within %.1fs", self.device, timeout)
-        if self.loop is not None and not self.loop.is_running():
+        if self.loop is not None and not self.loop.is_running() and not self.loop.is_closed():
+            pending = asyncio.all_tasks(self.loop)  # left by a loop that broke: cancelled, so they close their sockets
+            for task in pending:
+                task.cancel()
+            if pending:
+                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self.loop.close()
         if self.run_dir is not None:
             shutil.rmtree(self.run_dir, ignore_errors=True)

@@ -175,8 +175,7 @@ def test_the_scaled_container_serves_through_its_front_ends(scaled_module, modal
     finally:
         modal_exit_phase(obj)
     assert [pid for pid in _frontend_pids() if pid not in before] == []
-    for pid in frontends:
-        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
+    assert not any(Path(f"/proc/{pid}").exists() for pid in frontends)  # drained, exited and reaped
     assert not list(Path("/dev/shm").glob(prefix + "*")) and not run_dir.exists()
     assert not obj.supervisor.serving and obj.supervisor.status == 0
     with pytest.raises(httpx.ConnectError):
@@ -194,3 +193,109 @@ def test_a_model_on_several_devices_is_refused(scaled_module, minilm_dir):
     finally:
         MODAL_ENV.clear()
         MODAL_ENV.update(saved)
+
+
+@pytest.fixture
+def serving(scaled_module):
+    """A container past its restore phase and ``web``: (the instance, the port's base URL); exit hook at the end."""
+    obj = modal_snapshot_phase(scaled_module)
+    try:
+        modal_restore_phase(obj)
+        scaled_module.Tessera._get_partial_functions()["web"]._get_raw_f()(obj)
+        yield obj, f"http://127.0.0.1:{scaled_module.DEPLOY.port}"
+    finally:
+        modal_exit_phase(obj)
+
+
+def test_a_front_end_that_dies_is_started_again(serving):
+    import signal
+
+    from tests.support.server import wait_for
+
+    obj, base = serving
+    first = obj.supervisor.frontends[0].proc.pid
+    os.kill(first, signal.SIGKILL)
+
+    def replaced() -> bool:
+        frontend = obj.supervisor.frontends[0]
+        return frontend.proc.pid != first and frontend.ready_at is not None
+
+    wait_for(replaced, "front end 0 started again and serving", 120)
+    assert obj.supervisor.serving
+    for i in range(20):  # the port keeps answering whichever front end takes the connection
+        response = httpx.post(base + "/v1/embeddings", json={"model": MODEL, "input": [f"again {i}"]}, timeout=60)
+        assert response.status_code == 200, response.text
+
+
+def test_an_executor_that_stops_stops_the_front_ends(serving):
+    """The executor is a thread of the container's process: it cannot be restarted in place. Its loop broken,
+    the supervisor stops the front ends with the reason and the port refuses (Modal's proxy then stops taking
+    inputs, and the container is replaced)."""
+    from tests.support.server import wait_for
+
+    obj, base = serving
+    frontends = [f.proc.pid for f in obj.supervisor.frontends.values()]
+    obj.executor.loop.call_soon_threadsafe(obj.executor.loop.stop)
+    wait_for(lambda: not obj.supervisor.serving, "the supervisor stopped", 120)
+    assert obj.supervisor.status == 1
+    assert "executors could not be restarted" in obj.supervisor.failure and "stopped" in obj.supervisor.failure
+    assert not any(Path(f"/proc/{pid}").exists() for pid in frontends)  # drained, exited and reaped
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(base + "/ready", timeout=10)
+
+
+KILLED = r"""
+import json, sys, threading
+from tests.adapters.conftest import MODAL_APP, MODAL_ENV, modal_env, modal_restore_phase, modal_snapshot_phase
+from tests.support.modules import load_by_path
+
+MODAL_ENV.update(json.loads(sys.argv[1]))
+with modal_env():
+    module = load_by_path("tessera_modal_app_killed", MODAL_APP)
+module.WEB_HOST = "127.0.0.1"
+obj = modal_snapshot_phase(module)
+modal_restore_phase(obj)
+module.Tessera._get_partial_functions()["web"]._get_raw_f()(obj)
+print(json.dumps({"frontends": [f.proc.pid for f in obj.supervisor.frontends.values()],
+                  "prefix": obj.executor.shm_prefix}), flush=True)
+threading.Event().wait()  # serving until killed
+"""
+
+
+def test_the_container_process_killed_takes_its_front_ends(scaled_module, tmp_path):
+    """SIGKILL of the container's process (no exit hook runs): the kernel kills every front end
+    (``PR_SET_PDEATHSIG``)."""
+    import select
+    import signal
+    import subprocess
+    import sys
+
+    from tests.support.server import ROOT, wait_for
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    config = {**MODAL_ENV, "TESSERA_MODAL_FRONTENDS": "2", "TESSERA_MODAL_PORT": str(free_port())}
+    config.pop("TESSERA_MODAL_MAX_INPUTS", None)
+    log = open(tmp_path / "container.log", "w")
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, json.dumps(config)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=log, text=True)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 240)
+        line = proc.stdout.readline() if ready else ""
+        assert line, f"the container did not serve: {(tmp_path / 'container.log').read_text()[-3000:]}"
+        started = json.loads(line)
+        assert len(started["frontends"]) == 2
+        assert all(Path(f"/proc/{pid}").exists() for pid in started["frontends"])
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(60)
+
+        def gone() -> bool:
+            return not any(Path(f"/proc/{pid}").exists() for pid in started["frontends"])
+
+        wait_for(gone, "the front ends gone after SIGKILL of the container process", 60)
+        assert not list(Path("/dev/shm").glob(started["prefix"] + "*"))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        log.close()
