@@ -362,10 +362,13 @@ class Tessera:
     else:
         @modal.asgi_app(requires_proxy_auth=DEPLOY.proxy_auth)
         def web(self):
-            """The same app as everywhere; Modal runs its lifespan, which starts the batchers."""
+            """The same app as everywhere; Modal runs its lifespan, which starts the batchers. ``/v1/models``
+            says why one process (``PLAN``)."""
             from core.api.app import create_app
 
-            return create_app(self.settings, registry=self.registry)
+            app = create_app(self.settings, registry=self.registry)
+            app.state.frontends = PLAN
+            return app
 
     @modal.exit()
     def drain(self) -> None:

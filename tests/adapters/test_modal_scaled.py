@@ -93,6 +93,11 @@ def test_auto_sizes_the_front_ends_from_the_reserved_cores(modal_module):
     assert _options(modal_module)["cpu"] is None  # none reserved: Modal's default, one process
 
 
+def test_one_process_says_why_in_the_model_list(modal_client):
+    listed = modal_client.get("/v1/models").json()["frontends"]
+    assert listed["count"] == 1 and listed["reason"].startswith("auto: 1 accelerator(s) (cuda) on 1 cores")
+
+
 def _children(pid: int) -> dict[int, str]:
     """This process's live children: pid → command line."""
     found = {}
