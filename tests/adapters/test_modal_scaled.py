@@ -232,10 +232,11 @@ def test_a_front_end_that_dies_is_started_again(serving):
         assert response.status_code == 200, response.text
 
 
-def test_an_executor_that_stops_stops_the_front_ends(serving):
+def test_an_executor_that_stops_stops_the_front_ends(serving, scaled_module):
     """The executor is a thread of the container's process: it cannot be restarted in place. Its loop broken,
     the supervisor stops the front ends with the reason and the port refuses (Modal's proxy then stops taking
-    inputs, and the container is replaced)."""
+    inputs, and the container is replaced); ``web`` (what Modal calls at a start) fails with the reason."""
+    from core.errors import StartupFailed
     from tests.support.server import wait_for
 
     obj, base = serving
@@ -247,6 +248,8 @@ def test_an_executor_that_stops_stops_the_front_ends(serving):
     assert not any(Path(f"/proc/{pid}").exists() for pid in frontends)  # drained, exited and reaped
     with pytest.raises(httpx.ConnectError):
         httpx.get(base + "/ready", timeout=10)
+    with pytest.raises(StartupFailed, match="the front ends stopped: executors could not be restarted"):
+        scaled_module.Tessera._get_partial_functions()["web"]._get_raw_f()(obj)
 
 
 KILLED = r"""
