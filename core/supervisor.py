@@ -13,6 +13,10 @@ One process (``python -m core serve``, SageMaker's ``serve``) that loads no mode
 4. on SIGTERM / SIGINT: stops accepting, lets every front end drain its in-flight requests
    (``shutdown_grace_s``), then drains the executors, and exits 0.
 
+A process that keeps its own main thread and signals (Modal's container, which also serves the executor from a
+thread: ``core.executor.server.ThreadExecutor``) runs the same steps with :meth:`Supervisor.start_in_background`
+and :meth:`Supervisor.stop` instead of ``run()``.
+
 Every child is in this process's process group and is killed by the kernel when this process dies, even by
 SIGKILL (``PR_SET_PDEATHSIG``, set by the child itself first thing: :func:`die_with_parent`).
 
@@ -167,6 +171,10 @@ class Supervisor:
         self._signal: int | None = None
         self._executor_failures = 0
         self._restarted_at = 0.0
+        self._watcher: threading.Thread | None = None
+        #: why the server stopped or failed to start (None while it serves); ``status``: the exit status once stopped
+        self.failure: str | None = None
+        self.status: int | None = None
 
     # ---- start ----------------------------------------------------------------------------------------
 
@@ -208,23 +216,28 @@ class Supervisor:
     def run(self) -> int:
         restore = self._install_signals()
         try:
-            return self._run()
+            status = self._start()
+            return self._watch() if status is None else status
         finally:
             self._kill_all()
             restore()
 
-    def _run(self) -> int:
+    def _start(self) -> int | None:
+        """Bind, start the executors, spawn the front ends and wait until each serves: None once they all do,
+        else the exit status (the reason logged and kept in ``failure``)."""
         host, port = self.settings.host, int(self.settings.port)
         try:
             self.listener = bind_listener(host, port)  # before minutes of loading, not after
         except StartupFailed as exc:
             log.error("%s", exc.message)
+            self.failure = exc.message
             return 1
         if self.start_executors is not None:
             try:
                 self.executors = self.start_executors(self.settings)
             except StartupFailed as exc:
                 log.error("executors failed to start: %s", exc.message)
+                self.failure = f"executors failed to start: {exc.message}"
                 return 1
             if self._stop.is_set():
                 return self._drain()
@@ -236,7 +249,44 @@ class Supervisor:
         log.info("serving on %s:%d with %d front ends (pids %s)%s", host, port, len(self.frontends),
                  " ".join(str(f.proc.pid) for f in self.frontends.values()),
                  f" and executors (pids {' '.join(map(str, self.executors.pids))})" if self.executors else "")
-        return self._watch()
+        return None
+
+    # ---- in a host process that keeps its main thread (Modal's class) ------------------------------------
+
+    def start_in_background(self) -> None:
+        """``run()`` for a process that keeps its own main thread and signals (Modal's container): start from
+        the calling thread (which must outlive the front ends: ``PR_SET_PDEATHSIG`` follows the thread that
+        started a child), then watch from a thread of its own; :meth:`stop` drains. Raises ``StartupFailed``
+        with the reason when the start fails (everything started is stopped first)."""
+        try:
+            status = self._start()
+        except BaseException:
+            self._kill_all()
+            raise
+        if status is not None:
+            self._kill_all()
+            raise StartupFailed(self.failure or "the front ends stopped while starting")
+        self._watcher = threading.Thread(target=self._watch_in_background, name="tessera-supervisor", daemon=True)
+        self._watcher.start()
+
+    def _watch_in_background(self) -> None:
+        try:
+            self.status = self._watch()
+        finally:
+            self._kill_all()
+
+    @property
+    def serving(self) -> bool:
+        """Started in the background and still watching (not stopped, not given up)."""
+        return self._watcher is not None and self._watcher.is_alive()
+
+    def stop(self) -> int | None:
+        """Drain what :meth:`start_in_background` started (the front ends within ``shutdown_grace_s``, then the
+        executors) and wait for it; the status (0 after a drain, 1 when it had given up), None if never started."""
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.join()
+        return self.status
 
     def _wait_first_ready(self) -> bool:
         """Every front end ready (True), or one exited first / a stop signal came (False)."""
@@ -326,6 +376,7 @@ class Supervisor:
 
     def _give_up(self, why: str) -> int:
         log.error("tessera: stopping the server: %s", why)
+        self.failure = why
         self._drain(quiet=True)
         return 1
 

@@ -18,9 +18,15 @@ does not rebuild the image):
     TESSERA_MODAL_VOLUME_VERSION Volume file-system version: 2, or 1 for a Volume created as v1   (2)
     TESSERA_MODAL_SCALEDOWN_S    idle seconds before a container stops     (300)
     TESSERA_MODAL_MIN_CONTAINERS / TESSERA_MODAL_MAX_CONTAINERS            (0 / 4)
-    TESSERA_MODAL_MAX_INPUTS     concurrent requests per container, hard cap (64; the batcher merges them)
+    TESSERA_MODAL_CPU            cores reserved per container (Modal's ``cpu=``; unset: Modal's default, a
+                                 fraction of one, for which ``auto`` runs one process)
+    TESSERA_MODAL_FRONTENDS      HTTP front-end processes per container: auto, or a number (auto: one per 2
+                                 reserved cores beside the GPU's executor, at most 8: 1 up to 4 cores, 3 with 8)
+    TESSERA_MODAL_PORT           the port the front ends listen on inside the container (8000)
+    TESSERA_MODAL_MAX_INPUTS     concurrent requests per container, hard cap (64 per front end, at most 1000;
+                                 the executor's batcher merges them)
     TESSERA_MODAL_TARGET_INPUTS  concurrent requests per container the autoscaler aims for: a new
-                                 container starts before every slot is busy (48; at most MAX_INPUTS)
+                                 container starts before every slot is busy (3/4 of MAX_INPUTS)
     TESSERA_MODAL_SNAPSHOT       1: memory snapshot after the weights are loaded on the CPU   (1)
     TESSERA_MODAL_SECRET         name of a Modal Secret whose variables the containers get, e.g.
                                  TESSERA_API_KEYS (created with ``modal secret create``; none by default)
@@ -34,6 +40,20 @@ rotating them would mean a redeploy. Put them in a Modal Secret::
 
     modal secret create tessera-keys TESSERA_API_KEYS='["sk-..."]'
     TESSERA_MODAL_SECRET=tessera-keys modal deploy adapters/modal/app.py
+
+One front end (the default: no cores reserved) is one process: ``web`` is an ``@modal.asgi_app`` serving
+``create_app`` in the container's process. More (``SCALED``) is the layout of ``python -m core serve`` with
+front ends (docs/architecture.md): ``web`` is an ``@modal.web_server(PORT)``; the container's own process keeps
+the weights the memory snapshot restored and serves them as the executor, from a thread with its own event
+loop (``core.executor.server.ThreadExecutor``), and the restore hook starts the front ends
+(``core.supervisor.Supervisor.start_in_background``: fresh interpreters, tokenizers only, the listening socket
+inherited), which send token arrays to it over shared memory; ``drain`` (``@modal.exit``) drains them, then
+the executor. Modal's proxy opens one connection per request to the port, so the kernel spreads requests over
+the front ends. ``@modal.concurrent`` counts those proxied requests per container; they all queue in the one
+executor's batchers, and each front end keeps the one process's share of them in flight, so the cap is 64 per
+front end (Little's law: the same wait at the front ends' higher rate needs proportionally more in flight),
+the target 3/4 of it; a cap set by TESSERA_MODAL_MAX_INPUTS is the container's as given. A model naming several
+devices is refused (each container has one GPU: scale with containers).
 
 Cold start: the snapshot hook loads every model's weights on the CPU (torch models on a GPU are
 loaded there and moved after restore; ONNX/CTranslate2 models on a GPU load after restore, their
@@ -58,6 +78,26 @@ DEPLOY = modal_settings(os.environ)
 if modal.is_local() and (problem := deploy_time_keys_problem(os.environ)):
     raise RuntimeError(problem)
 SECRETS = [modal.Secret.from_name(DEPLOY.secret_name)] if DEPLOY.secret_name else []
+
+
+def frontend_plan(deploy):
+    """The container's front ends (``core.frontends.plan_frontends``, a light module): the number set, or
+    ``auto`` sized for the class's one GPU on the cores it reserves (``TESSERA_MODAL_CPU``; none reserved: one).
+    Decided from the settings alone, never from the machine, so the deploying machine and every container
+    import the same decorators."""
+    from core.frontends import plan_frontends
+
+    return plan_frontends(deploy.frontends, ["cuda"], cpus=deploy.planning_cpus)
+
+
+PLAN = frontend_plan(DEPLOY)
+SCALED = PLAN.count > 1  # the scaled layout: @modal.web_server over front-end processes, the executor in here
+MAX_INPUTS, TARGET_INPUTS = DEPLOY.limits(PLAN.count)
+#: where the front ends listen inside the container: Modal's proxy connects to the container's own address
+#: (eth0), so 0.0.0.0, as ``@modal.web_server`` requires
+WEB_HOST = "0.0.0.0"
+#: seconds Modal waits for the port once ``web`` returned (``web`` itself waits for ``/ready``)
+WEB_STARTUP_TIMEOUT_S = 120.0
 
 # --- image: the core's requirements, pinned, plus the local `core` package and settings.py ----
 image = (
@@ -150,6 +190,52 @@ def weights_identity(spec, environ) -> str:
     return digest.hexdigest()
 
 
+def executor_device(specs) -> str:
+    """The device the container's in-process executor is named after: the GPU when a model runs on one."""
+    devices = [str(spec.device) for spec in specs]
+    return next((d for d in devices if d != "cpu"), "cpu")
+
+
+def refuse_several_devices(specs) -> None:
+    """The class serves every model on its one GPU: a model naming several devices (``cuda:0,cuda:1``,
+    ``cuda:*``) fails the start with what to do instead."""
+    from core.errors import StartupFailed
+
+    for spec in specs:
+        if "," in str(spec.device) or "*" in str(spec.device):
+            raise StartupFailed(
+                f"model {spec.served_name!r}: device {spec.device!r} names several devices, and the Modal class "
+                "serves each model on the container's one GPU: set device cuda, and scale across GPUs with "
+                "containers (TESSERA_MODAL_MAX_CONTAINERS)")
+
+
+def wait_ready(supervisor, url: str, timeout: float) -> None:
+    """Until ``url`` (a front end's ``/ready``) answers 200; ``StartupFailed`` when the front ends stopped or it
+    did not within ``timeout`` seconds."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    from core.errors import StartupFailed
+
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while True:
+        if not supervisor.serving:
+            raise StartupFailed(f"the front ends stopped: {supervisor.failure or 'drained'}")
+        try:
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                if answer.status == 200:
+                    return
+        except urllib.error.HTTPError as exc:
+            last = f"status {exc.code}"
+        except OSError as exc:
+            last = str(exc)
+        if time.monotonic() > deadline:
+            raise StartupFailed(f"{url} did not answer 200 within {timeout:.0f} s (last: {last})")
+        time.sleep(0.05)
+
+
 def fail_start(registry) -> None:
     """Modal has no health check to keep a broken container out of rotation: a model that failed to
     load fails the container's start (Modal reports the error and starts another), instead of a
@@ -166,12 +252,15 @@ def fail_start(registry) -> None:
     min_containers=DEPLOY.min_containers,
     max_containers=DEPLOY.max_containers,
     enable_memory_snapshot=DEPLOY.snapshot,
+    cpu=DEPLOY.cpu,
     timeout=600,
 )
-@modal.concurrent(max_inputs=DEPLOY.max_inputs, target_inputs=DEPLOY.target_inputs)
+@modal.concurrent(max_inputs=MAX_INPUTS, target_inputs=TARGET_INPUTS)
 class Tessera:
     """One container: the models are loaded once, before the snapshot where they can be, then serve
-    many requests. The hooks run in this order in every container (with the snapshot off too)."""
+    many requests. The hooks run in this order in every container (with the snapshot off too). With
+    front ends (``SCALED``) this process also serves as the executor of its models, and ``drain`` (at
+    container stop) stops the front ends, then the executor."""
 
     @modal.enter(snap=True)
     def load_weights(self) -> None:
@@ -184,6 +273,7 @@ class Tessera:
         from core.engine import Registry
 
         settings = settings_from_env(os.environ)  # the snapshot phase's edge: once, here
+        refuse_several_devices(settings.model_specs())
         self.staged: dict[str, object] = {}
         for spec in settings.model_specs():
             backend = resolve_name(spec)
@@ -237,13 +327,66 @@ class Tessera:
         self.registry = registry
         del self.snapshot_registry
         fail_start(registry)
+        if SCALED:
+            self.start_frontends()
 
-    @modal.asgi_app(requires_proxy_auth=DEPLOY.proxy_auth)
-    def web(self):
-        """The same app as everywhere; Modal runs its lifespan, which starts the batchers."""
-        from core.api.app import create_app
+    def start_frontends(self) -> None:
+        """The scaled layout, after restore: this process serves its models (the snapshot's weights, moved to
+        the GPU) as the executor, from a thread (``core.executor.server.ThreadExecutor``), and the supervisor
+        (``core.supervisor``, in the background) binds ``WEB_HOST:PORT`` and starts ``PLAN.count`` front-end
+        processes (fresh interpreters that load tokenizers only) which send their token arrays here over
+        shared memory. Returns once every front end serves; ``StartupFailed`` (the start fails) otherwise."""
+        from core.api.frontend import command_and_environment
+        from core.executor.server import ThreadExecutor
+        from core.metrics import Metrics
+        from core.supervisor import Supervisor
 
-        return create_app(self.settings, registry=self.registry)
+        metrics = Metrics()  # the executor's own batch metrics, gathered by the front ends' /metrics
+        for engine in self.registry.engines.values():
+            engine.metrics = metrics
+        self.executor = ThreadExecutor(self.settings, self.registry.engines,
+                                       executor_device(self.settings.model_specs()), metrics)
+        command, env = command_and_environment()
+        served = self.settings.model_copy(update={"host": WEB_HOST, "port": DEPLOY.port})
+        self.supervisor = Supervisor(served, PLAN, command, executors=self.executor.start, env=env)
+        self.supervisor.start_in_background()
+
+    if SCALED:
+        @modal.web_server(DEPLOY.port, startup_timeout=WEB_STARTUP_TIMEOUT_S, requires_proxy_auth=DEPLOY.proxy_auth)
+        def web(self) -> None:
+            """The front ends, started by the restore hook, serve the port; Modal proxies each request there.
+            Returns once a front end answers ``/ready`` 200 (every model served by the executor)."""
+            host = "127.0.0.1" if WEB_HOST in ("0.0.0.0", "") else WEB_HOST
+            wait_ready(self.supervisor, f"http://{host}:{DEPLOY.port}{self.settings.url_prefix}/ready",
+                       WEB_STARTUP_TIMEOUT_S)
+    else:
+        @modal.asgi_app(requires_proxy_auth=DEPLOY.proxy_auth)
+        def web(self):
+            """The same app as everywhere; Modal runs its lifespan, which starts the batchers. ``/v1/models``
+            says why one process (``PLAN``)."""
+            from core.api.app import create_app
+
+            app = create_app(self.settings, registry=self.registry)
+            app.state.frontends = PLAN
+            return app
+
+    @modal.exit()
+    def drain(self) -> None:
+        """Container stop, scaled layout: the front ends drain (``shutdown_grace_s``) and exit, then the
+        executor finishes its queued work; the run directory and shared-memory segments are removed."""
+        supervisor = getattr(self, "supervisor", None)
+        if supervisor is not None:
+            supervisor.stop()
+
+    async def on_models_loop(self, work):
+        """Await the coroutine ``work`` where the batchers run: this event loop with one process, the
+        executor's thread with front ends (the shards then share its queues with the front ends' requests)."""
+        executor = getattr(self, "executor", None)
+        if executor is None:
+            return await work
+        import asyncio
+
+        return await asyncio.wrap_future(executor.submit(work))
 
     @modal.method()
     async def embed_shard(self, texts: list[str], model: str | None = None, options: dict | None = None):
@@ -252,7 +395,8 @@ class Tessera:
         requests, so concurrent shards share its token budget instead of each running the model at once."""
         from core.inprocess import AsyncModels
 
-        return await AsyncModels(self.settings, self.registry).embed(texts, model, **(options or {}))
+        return await self.on_models_loop(AsyncModels(self.settings, self.registry).embed(texts, model,
+                                                                                         **(options or {})))
 
     @modal.method()
     async def describe_model(self, model: str | None = None) -> dict:
@@ -260,7 +404,7 @@ class Tessera:
         bulk job records in its output (core/bulk/modal_runner.py)."""
         from core.bulk.modal_runner import describe_engine
 
-        return await describe_engine(self.settings, self.registry, model)
+        return await self.on_models_loop(describe_engine(self.settings, self.registry, model))
 
 
 @app.function(volumes={MODELS_DIR: volume}, timeout=900)

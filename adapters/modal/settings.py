@@ -12,6 +12,10 @@ from dataclasses import dataclass
 MODELS_DIR = "/models"  # where the Volume is mounted
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 HF_HOME = f"{MODELS_DIR}/huggingface"  # the Hugging Face cache, on the Volume: Hub ids serve offline from it
+#: concurrent inputs per front end when TESSERA_MODAL_MAX_INPUTS is not set (the one-process class's default)
+INPUTS_PER_FRONTEND = 64
+#: Modal's highest ``@modal.concurrent(max_inputs=...)``
+MODAL_MAX_INPUTS = 1000
 
 
 @dataclass(frozen=True)
@@ -23,8 +27,11 @@ class ModalSettings:
     scaledown_s: int
     min_containers: int
     max_containers: int
-    max_inputs: int
-    target_inputs: int
+    max_inputs: int | None  # None: derived from the front ends (``limits``)
+    target_inputs: int | None
+    frontends: int | str  # a number, or "auto" (sized by the app file from ``cpu``: core.frontends)
+    cpu: float | None  # cores reserved per container (``cpu=``), None: Modal's default (a fraction of one)
+    port: int  # the port the front ends listen on inside the container (``@modal.web_server``)
     snapshot: bool
     secret_name: str  # "" for none
     proxy_auth: bool
@@ -38,8 +45,11 @@ class ModalSettings:
             "TESSERA_MODAL_GPU": ",".join(self.gpus),
             "TESSERA_MODAL_VOLUME": self.volume_name,
             "TESSERA_MODAL_VOLUME_VERSION": str(self.volume_version),
-            "TESSERA_MODAL_MAX_INPUTS": str(self.max_inputs),
-            "TESSERA_MODAL_TARGET_INPUTS": str(self.target_inputs),
+            "TESSERA_MODAL_MAX_INPUTS": "" if self.max_inputs is None else str(self.max_inputs),
+            "TESSERA_MODAL_TARGET_INPUTS": "" if self.target_inputs is None else str(self.target_inputs),
+            "TESSERA_MODAL_FRONTENDS": str(self.frontends),
+            "TESSERA_MODAL_CPU": "" if self.cpu is None else repr(self.cpu),
+            "TESSERA_MODAL_PORT": str(self.port),
             "TESSERA_MODAL_SECRET": self.secret_name,
             "TESSERA_MODAL_PROXY_AUTH": "1" if self.proxy_auth else "0",
             "HF_HOME": HF_HOME,
@@ -48,6 +58,19 @@ class ModalSettings:
             "TOKENIZERS_PARALLELISM": "false",
         }
 
+
+    @property
+    def planning_cpus(self) -> int:
+        """The cores ``frontends: auto`` is sized for: the reserved ``cpu`` (whole cores), 1 when none is reserved."""
+        return max(1, int(self.cpu or 1))
+
+    def limits(self, frontends: int) -> tuple[int, int]:
+        """``@modal.concurrent``'s (max_inputs, target_inputs) for a container with ``frontends`` front ends: the
+        values set, else :data:`INPUTS_PER_FRONTEND` per front end (at most Modal's 1,000) and a target of 3/4
+        of the cap (a new container starts before every slot is busy)."""
+        cap = self.max_inputs or min(MODAL_MAX_INPUTS, INPUTS_PER_FRONTEND * max(1, frontends))
+        target = self.target_inputs or max(1, cap * 3 // 4)
+        return cap, min(target, cap)
 
     def volume_models(self) -> list[tuple[str, str, str, list[str] | None]]:
         """The models served from the Volume: (the spec's path, the folder on the Volume to list, the entry
@@ -81,7 +104,12 @@ def public_endpoint_problem(settings: ModalSettings) -> str | None:
 
 def modal_settings(environ: Mapping[str, str]) -> ModalSettings:
     """The ``TESSERA_MODAL_*`` variables and ``TESSERA_MODELS`` of ``environ``, with their defaults."""
-    max_inputs = int(environ.get("TESSERA_MODAL_MAX_INPUTS", "64"))
+    frontends = (environ.get("TESSERA_MODAL_FRONTENDS") or "auto").strip().lower()
+    if frontends != "auto" and not (frontends.isdigit() and int(frontends) >= 1):
+        raise ValueError(f"TESSERA_MODAL_FRONTENDS={frontends!r}: expected auto or a whole number of front ends >= 1")
+    cpu = environ.get("TESSERA_MODAL_CPU") or None
+    if cpu is not None and not float(cpu) > 0:
+        raise ValueError(f"TESSERA_MODAL_CPU={cpu!r}: expected the cores to reserve per container (> 0)")
     default_models = [{"path": f"{MODELS_DIR}/{DEFAULT_MODEL}", "name": DEFAULT_MODEL, "device": "cuda",
                        "dtype": "float16"}]
     return ModalSettings(
@@ -92,8 +120,12 @@ def modal_settings(environ: Mapping[str, str]) -> ModalSettings:
         scaledown_s=int(environ.get("TESSERA_MODAL_SCALEDOWN_S", "300")),
         min_containers=int(environ.get("TESSERA_MODAL_MIN_CONTAINERS", "0")),
         max_containers=int(environ.get("TESSERA_MODAL_MAX_CONTAINERS", "4")),
-        max_inputs=max_inputs,
-        target_inputs=int(environ.get("TESSERA_MODAL_TARGET_INPUTS") or max(1, max_inputs * 3 // 4)),
+        max_inputs=int(environ["TESSERA_MODAL_MAX_INPUTS"]) if environ.get("TESSERA_MODAL_MAX_INPUTS") else None,
+        target_inputs=(int(environ["TESSERA_MODAL_TARGET_INPUTS"]) if environ.get("TESSERA_MODAL_TARGET_INPUTS")
+                       else None),
+        frontends=frontends if frontends == "auto" else int(frontends),
+        cpu=None if cpu is None else float(cpu),
+        port=int(environ.get("TESSERA_MODAL_PORT", "8000")),
         snapshot=environ.get("TESSERA_MODAL_SNAPSHOT", "1") == "1",
         secret_name=environ.get("TESSERA_MODAL_SECRET", ""),
         proxy_auth=environ.get("TESSERA_MODAL_PROXY_AUTH", "0") == "1",

@@ -316,3 +316,129 @@ async def _serve(engines: dict, device: str, socket_path: str, conn, report: dic
     await stop.wait()
     log.info("executor %s: draining", device)
     await server.drain_and_stop(grace)
+
+
+# ---- served from a thread of a process that already holds the weights ----------------------------------
+class ThreadExecutor:
+    """An executor served from a thread of this process, on an event loop of its own, over engines this process
+    already holds: Modal's class, whose weights come back with its memory snapshot and must not be read again
+    by a child. The same ``ExecutorServer`` as the executor process, on a socket in a private run directory
+    with its ``executors.json``; it has what the supervisor asks of an executor set (``address``, ``pids``,
+    ``check()``, ``restart()``, ``stop(timeout)``). The batchers run on its loop: :meth:`submit` runs a
+    coroutine there (a bulk call that shares their queues with the front ends' requests)."""
+
+    START_TIMEOUT_S = 120.0
+
+    def __init__(self, settings, engines: dict[str, Any], device: str, metrics=None):
+        import threading
+
+        self.settings = settings
+        self.engines = engines
+        self.device = device
+        self.metrics = metrics
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.run_dir = None
+        self.shm_prefix = ""
+        self._thread: threading.Thread | None = None
+        self._stopping: asyncio.Event | None = None
+        self._grace = 0.0
+
+    def start(self, settings=None) -> "ThreadExecutor":
+        """Serve (the batchers started, the socket listening, ``executors.json`` written) and return; or raise
+        ``StartupFailed``. ``settings``: ignored (the supervisor's ``executors(settings)`` call)."""
+        import concurrent.futures
+        import tempfile
+        import threading
+        from pathlib import Path
+
+        from core.errors import StartupFailed
+        from core.executor.supervisor import new_shm_prefix, write_address
+
+        self.run_dir = Path(tempfile.mkdtemp(prefix="tessera-run-"))
+        self.shm_prefix = new_shm_prefix()
+        socket_path = str(self.run_dir / f"{self.device.replace(':', '-')}.sock")
+        self.loop = asyncio.new_event_loop()
+        self._stopping = asyncio.Event()
+        started: concurrent.futures.Future = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._serve_thread, args=(socket_path, started),
+                                        name=f"tessera-executor-{self.device}", daemon=True)
+        self._thread.start()
+        try:
+            started.result(self.START_TIMEOUT_S)
+        except (OSError, RuntimeError, concurrent.futures.TimeoutError) as exc:
+            self.stop(0.0)
+            raise StartupFailed(f"executor {self.device} (in this process) could not serve: "
+                                f"{type(exc).__name__}: {exc}") from exc
+        report = {name: model_report(engine) for name, engine in self.engines.items()}
+        write_address(self.run_dir, self.shm_prefix, {self.device: {"socket": socket_path, "pid": os.getpid(),
+                                                                    "models": report}})
+        log.info("executor %s (pid %d, a thread of this process) serves %s", self.device, os.getpid(),
+                 ", ".join(self.engines))
+        return self
+
+    def _serve_thread(self, socket_path: str, started) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._serve(socket_path, started))
+        except Exception:  # the loop broke: the thread ends, and check() reports it to the supervisor
+            log.exception("executor %s (a thread of pid %d) stopped", self.device, os.getpid())
+
+    async def _serve(self, socket_path: str, started) -> None:
+        server = ExecutorServer(self.engines, self.device, self.metrics)
+        try:
+            await server.serve(socket_path)
+        except (OSError, RuntimeError) as exc:
+            started.set_exception(exc)
+            return
+        started.set_result(None)
+        await self._stopping.wait()
+        await server.drain_and_stop(self._grace)
+
+    @property
+    def address(self) -> str:
+        return str(self.run_dir)
+
+    @property
+    def pids(self) -> list[int]:
+        return [os.getpid()]
+
+    def check(self) -> str | None:
+        if self._thread is not None and self._thread.is_alive():
+            return None
+        return f"executor {self.device} (a thread of pid {os.getpid()}) stopped"
+
+    def restart(self) -> list[str]:
+        from core.errors import StartupFailed
+
+        raise StartupFailed(f"executor {self.device} runs in this process (pid {os.getpid()}) and is not restarted: "
+                            "the process must be replaced")
+
+    def submit(self, coro):
+        """Run ``coro`` on the executor's loop; a ``concurrent.futures.Future`` of its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def stop(self, timeout: float) -> None:
+        """Drain (the work the front ends sent finishes within ``timeout``), stop the batchers and the thread,
+        then remove the run directory and any shared-memory segment of this set left behind."""
+        import shutil
+
+        from core.executor.supervisor import remove_segments
+
+        self._grace = max(0.0, timeout)
+        if self._thread is not None and self._thread.is_alive():
+            if self._stopping is not None:
+                self.loop.call_soon_threadsafe(self._stopping.set)
+            self._thread.join(timeout + 30.0)
+            if self._thread.is_alive():
+                log.warning("executor %s (a thread of this process) did not stop within %.1fs", self.device, timeout)
+        if self.loop is not None and not self.loop.is_running() and not self.loop.is_closed():
+            pending = asyncio.all_tasks(self.loop)  # left by a loop that broke: cancelled, so they close their sockets
+            for task in pending:
+                task.cancel()
+            if pending:
+                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self.loop.close()
+        if self.run_dir is not None:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        if self.shm_prefix:
+            remove_segments(self.shm_prefix)

@@ -67,7 +67,7 @@ class ExecutorSet:
         self.run_dir = run_dir
         self.executors = executors
         #: the names of the shared-memory segments the front ends create for this set (removed by ``stop``)
-        self.shm_prefix = f"{shm.NAME_PREFIX}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.shm_prefix = new_shm_prefix()
         self._context = multiprocessing.get_context("spawn")
 
     @classmethod
@@ -184,12 +184,22 @@ class ExecutorSet:
             pipe.close()
 
     def _write_address(self) -> None:
-        data = {"shm_prefix": self.shm_prefix,
-                "executors": {e.device: {"socket": e.socket, "pid": e.process.pid, "models": e.report}
-                              for e in self.executors.values()}}
-        tmp = self.run_dir / (ADDRESS_FILE + ".tmp")
-        tmp.write_text(json.dumps(data))
-        tmp.replace(self.run_dir / ADDRESS_FILE)
+        write_address(self.run_dir, self.shm_prefix, {e.device: {"socket": e.socket, "pid": e.process.pid,
+                                                                 "models": e.report}
+                                                      for e in self.executors.values()})
+
+
+def new_shm_prefix() -> str:
+    """A fresh name prefix for the shared-memory segments of one executor set."""
+    return f"{shm.NAME_PREFIX}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def write_address(run_dir: Path, shm_prefix: str, executors: dict[str, dict]) -> None:
+    """``executors.json`` in ``run_dir`` (what ``core.executor.client.remote_registry`` reads): the segments'
+    prefix and, per device, its ``socket``, ``pid`` and ``models`` (``server.model_report`` of each)."""
+    tmp = run_dir / (ADDRESS_FILE + ".tmp")
+    tmp.write_text(json.dumps({"shm_prefix": shm_prefix, "executors": executors}))
+    tmp.replace(run_dir / ADDRESS_FILE)
 
 
 def _describe_exit(process) -> str:

@@ -192,6 +192,15 @@ def modal_restore_phase(obj) -> None:
             hook()
 
 
+def modal_exit_phase(obj) -> None:
+    """The exit hooks Modal runs when the container stops (``_PartialFunctionFlags.EXIT``)."""
+    from modal._partial_function import _find_callables_for_obj
+    from modal._partial_function import _PartialFunctionFlags as Flags
+
+    for hook in _find_callables_for_obj(obj, Flags.EXIT).values():
+        hook()
+
+
 def modal_instance(module):
     """An instance of the user class with its enter hooks run, as Modal does in a container."""
     obj = modal_snapshot_phase(module)

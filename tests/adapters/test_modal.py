@@ -27,7 +27,7 @@ spec = importlib.util.spec_from_file_location("tessera_modal_app", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 print(json.dumps({"app": module.app.name, "cls": type(module.Tessera).__name__,
-                  "core_loaded": any(m.startswith("core.") for m in sys.modules),
+                  "core_loaded": sorted(m for m in sys.modules if m == "core" or m.startswith("core.")),
                   "torch_loaded": "torch" in sys.modules,
                   "credentials": [k for k in os.environ if k.startswith("MODAL_")]}))
 """
@@ -40,7 +40,9 @@ def test_imports_offline_without_credentials(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result == {"app": "tessera", "cls": "Cls", "core_loaded": False, "torch_loaded": False, "credentials": []}
+    # only the front-end planner (os, dataclasses), which picks the web decorator at import
+    assert result == {"app": "tessera", "cls": "Cls", "core_loaded": ["core", "core.frontends"], "torch_loaded": False,
+                      "credentials": []}
 
 
 def _definition(module):
@@ -413,10 +415,21 @@ from adapters.modal.settings import deploy_time_keys_problem, modal_settings
 
 defaults = modal_settings({})
 given = modal_settings({"TESSERA_MODAL_GPU": " A10G, ,L4 ", "TESSERA_MODAL_MAX_INPUTS": "10",
-                        "TESSERA_MODAL_SNAPSHOT": "0", "TESSERA_MODAL_PROXY_AUTH": "1"})
-print(json.dumps({"defaults": [defaults.app_name, defaults.gpus, defaults.max_inputs, defaults.target_inputs,
-                               defaults.snapshot, defaults.proxy_auth, json.loads(defaults.models)[0]["path"]],
-                  "given": [given.gpus, given.max_inputs, given.target_inputs, given.snapshot, given.proxy_auth],
+                        "TESSERA_MODAL_SNAPSHOT": "0", "TESSERA_MODAL_PROXY_AUTH": "1",
+                        "TESSERA_MODAL_FRONTENDS": "3", "TESSERA_MODAL_CPU": "8.5"})
+refusals = []
+for bad in ({"TESSERA_MODAL_FRONTENDS": "0"}, {"TESSERA_MODAL_FRONTENDS": "many"}, {"TESSERA_MODAL_CPU": "0"}):
+    try:
+        modal_settings(bad)
+    except ValueError as exc:
+        refusals.append(str(exc))
+print(json.dumps({"defaults": [defaults.app_name, defaults.gpus, defaults.limits(1), defaults.limits(3),
+                               defaults.limits(40), defaults.frontends, defaults.cpu, defaults.planning_cpus,
+                               defaults.port, defaults.snapshot, defaults.proxy_auth,
+                               json.loads(defaults.models)[0]["path"]],
+                  "given": [given.gpus, given.limits(1), given.limits(3), given.frontends, given.cpu,
+                            given.planning_cpus, given.snapshot, given.proxy_auth],
+                  "refusals": refusals,
                   "refused": deploy_time_keys_problem({"TESSERA_API_KEYS": '["sk-1"]'}),
                   "with_secret": deploy_time_keys_problem({"TESSERA_API_KEYS": '["sk-1"]',
                                                            "TESSERA_MODAL_SECRET": "tessera-keys"}),
@@ -431,8 +444,13 @@ def test_deploy_settings_and_the_key_check_import_without_modal_or_core(tmp_path
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["defaults"] == ["tessera", ["L4", "A10G", "T4"], 64, 48, True, False, "/models/all-MiniLM-L6-v2"]
-    assert result["given"] == [["A10G", "L4"], 10, 7, False, True]  # the target: 3/4 of the cap
+    # no cap set: 64 inputs per front end (at most Modal's 1,000), the target 3/4 of it
+    assert result["defaults"] == ["tessera", ["L4", "A10G", "T4"], [64, 48], [192, 144], [1000, 750], "auto", None, 1,
+                                  8000, True, False, "/models/all-MiniLM-L6-v2"]
+    # a cap set is the container's, whatever the front ends; the target: 3/4 of it
+    assert result["given"] == [["A10G", "L4"], [10, 7], [10, 7], 3, 8.5, 8, False, True]
+    assert [r.split(":")[0] for r in result["refusals"]] == [
+        "TESSERA_MODAL_FRONTENDS='0'", "TESSERA_MODAL_FRONTENDS='many'", "TESSERA_MODAL_CPU='0'"]
     assert "put them in a Modal Secret" in result["refused"] and "sk-1" not in result["refused"]
     assert result["with_secret"] is None and result["none"] is None
 
