@@ -352,7 +352,7 @@ class ThreadExecutor:
         from pathlib import Path
 
         from core.errors import StartupFailed
-        from core.executor.supervisor import new_shm_prefix, write_address
+        from core.executor.rundir import new_shm_prefix, write_address
 
         self.run_dir = Path(tempfile.mkdtemp(prefix="tessera-run-"))
         self.shm_prefix = new_shm_prefix()
@@ -422,7 +422,7 @@ class ThreadExecutor:
         then remove the run directory and any shared-memory segment of this set left behind."""
         import shutil
 
-        from core.executor.supervisor import remove_segments
+        from core.executor.rundir import remove_segments
 
         self._grace = max(0.0, timeout)
         if self._thread is not None and self._thread.is_alive():

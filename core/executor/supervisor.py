@@ -10,11 +10,9 @@ sockets and ``executors.json`` (each device's socket and what its models are), w
 
 from __future__ import annotations
 
-import json
 import logging
 import multiprocessing
 import os
-import secrets
 import shutil
 import signal
 import tempfile
@@ -26,11 +24,10 @@ from typing import Any
 from core.config import Settings
 from core.devices import expand_devices, runtime_device
 from core.errors import ConfigError, StartupFailed
-from core.executor import shm
+from core.executor.rundir import new_shm_prefix, remove_segments, write_address
 
 log = logging.getLogger(__name__)
 
-ADDRESS_FILE = "executors.json"
 
 
 def plan(settings: Settings, environ=os.environ) -> dict[str, list]:
@@ -189,19 +186,6 @@ class ExecutorSet:
                                                       for e in self.executors.values()})
 
 
-def new_shm_prefix() -> str:
-    """A fresh name prefix for the shared-memory segments of one executor set."""
-    return f"{shm.NAME_PREFIX}-{os.getpid()}-{secrets.token_hex(3)}"
-
-
-def write_address(run_dir: Path, shm_prefix: str, executors: dict[str, dict]) -> None:
-    """``executors.json`` in ``run_dir`` (what ``core.executor.client.remote_registry`` reads): the segments'
-    prefix and, per device, its ``socket``, ``pid`` and ``models`` (``server.model_report`` of each)."""
-    tmp = run_dir / (ADDRESS_FILE + ".tmp")
-    tmp.write_text(json.dumps({"shm_prefix": shm_prefix, "executors": executors}))
-    tmp.replace(run_dir / ADDRESS_FILE)
-
-
 def _describe_exit(process) -> str:
     code = process.exitcode
     if code is None:
@@ -222,13 +206,3 @@ def _exit_reason(executor: _Executor) -> str | None:
         return None
     return f"executor {executor.device} (pid {process.pid}) {_describe_exit(process)}"
 
-
-def remove_segments(prefix: str) -> list[str]:
-    """Unlink every shared-memory segment whose name starts with ``prefix`` (Linux: /dev/shm)."""
-    removed = []
-    root = Path("/dev/shm")
-    if root.is_dir():
-        for path in root.glob(prefix + "*"):
-            shm.unlink(path.name)
-            removed.append(path.name)
-    return removed
