@@ -110,8 +110,8 @@ class Handoff:
     ``ready_fd`` the pipe to write one byte to once it serves, ``parent`` the supervisor's pid (for
     :func:`die_with_parent`), ``index`` its number, ``settings`` (``model_dump(mode="json")`` of the server's
     settings; secrets travel here, never in the environment or on the command line), ``plan`` (the
-    ``core.frontends.FrontendPlan`` as a dict), ``executors`` (their ``address``, or None: the front end
-    loads the models itself), ``extra`` (the surface's own)."""
+    ``core.frontends.FrontendPlan`` as a dict), ``executors`` (their ``address``: the run directory the
+    front end's models connect through), ``extra`` (the surface's own)."""
 
     fd: int
     ready_fd: int
@@ -119,7 +119,7 @@ class Handoff:
     index: int
     settings: dict
     plan: dict
-    executors: str | None = None
+    executors: str
     extra: dict = field(default_factory=dict)
 
     def dumps(self) -> bytes:
@@ -153,10 +153,11 @@ class Supervisor:
     """``run()`` serves until SIGTERM/SIGINT (returns 0) or until it gives up (returns 1).
 
     ``settings``: the server's Settings; ``plan``: its ``FrontendPlan``; ``command``: the front end's command
-    line (it reads a :class:`Handoff` on stdin); ``executors``: a callable ``(settings) -> executor set`` or
-    None (each front end then loads the models itself); ``extra``: put in every hand-off."""
+    line (it reads a :class:`Handoff` on stdin); ``executors``: a callable ``(settings) -> executor set`` (an
+    ``ExecutorSet``, or a ``ThreadExecutor`` in this process) whose ``address`` the front ends connect to;
+    ``extra``: put in every hand-off."""
 
-    def __init__(self, settings, plan, command: list[str], *, executors: Callable[[Any], Any] | None = None,
+    def __init__(self, settings, plan, command: list[str], *, executors: Callable[[Any], Any],
                  extra: dict | None = None, env: dict[str, str] | None = None):
         self.settings = settings
         self.plan = plan
@@ -183,7 +184,7 @@ class Supervisor:
         ready_r, ready_w = os.pipe()
         handoff = Handoff(fd=self.listener.fileno(), ready_fd=ready_w, parent=os.getpid(), index=index,
                           settings=self.settings.model_dump(mode="json"), plan=self.plan.as_dict(),
-                          executors=getattr(self.executors, "address", None), extra=self.extra)
+                          executors=self.executors.address, extra=self.extra)
         # spawned from the main thread: PR_SET_PDEATHSIG fires when the thread that forked the child exits
         proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, pass_fds=(self.listener.fileno(), ready_w),
                                 env=self.env)
@@ -232,15 +233,14 @@ class Supervisor:
             log.error("%s", exc.message)
             self.failure = exc.message
             return 1
-        if self.start_executors is not None:
-            try:
-                self.executors = self.start_executors(self.settings)
-            except StartupFailed as exc:
-                log.error("executors failed to start: %s", exc.message)
-                self.failure = f"executors failed to start: {exc.message}"
-                return 1
-            if self._stop.is_set():
-                return self._drain()
+        try:
+            self.executors = self.start_executors(self.settings)
+        except StartupFailed as exc:
+            log.error("executors failed to start: %s", exc.message)
+            self.failure = f"executors failed to start: {exc.message}"
+            return 1
+        if self._stop.is_set():
+            return self._drain()
         log.info("starting %d front ends on %s:%d (%s)", self.plan.count, host, port, self.plan.reason)
         for i in range(self.plan.count):
             self.frontends[i] = self._spawn(i)
@@ -408,7 +408,7 @@ class Supervisor:
             self.executors.stop(max(1.0, started + grace - time.monotonic()))
             self.executors = None
         if not quiet:
-            log.info("stopped: every front end%s exited", " and executor" if self.start_executors else "")
+            log.info("stopped: every front end and executor exited")
         return 0
 
     def _kill_all(self) -> None:

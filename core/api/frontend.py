@@ -44,26 +44,23 @@ class FrontendHeader:
 
 
 def tessera_app(settings, handoff):
-    """The app of ``python -m core serve``: the models from the executors (``handoff.executors``), else loaded
-    in this process by the app's lifespan."""
+    """The app of ``python -m core serve``'s front ends: the models are the executors' (``handoff.executors``)."""
     from core.api.app import create_app
     from core.metrics import Metrics
     from core.tracing import tracer_from_env
 
     metrics = Metrics()
     tracer = tracer_from_env(os.environ)
-    registry = None
-    if handoff.executors is not None:
-        from core.executor import remote_registry
+    from core.executor import remote_registry
 
-        registry = remote_registry(settings, handoff.executors, metrics=metrics, tracer=tracer)
+    registry = remote_registry(settings, handoff.executors, metrics=metrics, tracer=tracer)
     return create_app(settings, registry, metrics=metrics, tracer=tracer)
 
 
 def metrics_peers(app, handoff):
-    """With executors, ``/metrics`` answers for the whole server (``core.executor.metrics``): the app's
-    ``metrics_peers`` are the other front ends and the executors, found in the run directory."""
-    if handoff.executors is None or getattr(app.state, "metrics", None) is None:
+    """``/metrics`` answers for the whole server (``core.executor.metrics``): the app's ``metrics_peers`` are
+    the other front ends and the executors, found in the run directory."""
+    if getattr(app.state, "metrics", None) is None:
         return None
     from core.executor.client import read_address
     from core.executor.metrics import Peers
