@@ -68,6 +68,7 @@ class Engine:
             tracer=tracer,
             span_attributes={"tessera.model": self.name, "tessera.backend": backend.name, "tessera.device": spec.device},
         )
+        backend.waiting = lambda: self.batcher.depth
 
     @classmethod
     def load(cls, spec: ModelSpec, settings: Settings, metrics: Metrics | None = None, *,

@@ -16,7 +16,7 @@ import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Collection, Mapping
+from typing import TYPE_CHECKING, Callable, ClassVar, Collection, Mapping
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -104,6 +104,10 @@ class Backend:
     max_sequence_length: int | None = None
     #: how many ``run`` calls it takes at once from different threads
     lanes: int = 1
+    #: how many items wait behind the batch being run (the model's queue depth), set by the engine; a backend
+    #: with more than one way to run a batch may pick by it (ONNX Runtime: all threads for a batch that runs
+    #: alone, a lane's share while others wait). None: not known (no engine)
+    waiting: Callable[[], int] | None = None
 
     # --- declarations: read without loading a model ------------------------------------------------
     @classmethod

@@ -278,8 +278,12 @@ class OnnxBackend(Backend):
         if self._session is None:
             raise BackendFailure("onnx backend used before load()")
         feeds = {k: v for k, v in inputs.items() if k in self._inputs}
+        # every thread for a batch that runs alone with nothing queued behind it (a light load's latency); a
+        # lane's share of them while another batch runs or more work waits (batches in parallel, each on its
+        # own threads, use the cores better than threads that split one small batch and spin between its ops)
         with self._lock:
-            session = self._session if self._in_flight == 0 or self._shared is None else self._shared
+            alone = self._in_flight == 0 and (self.waiting is None or self.waiting() == 0)
+            session = self._session if alone or self._shared is None else self._shared
             self._in_flight += 1
         try:
             results = session.run(self._outputs, feeds)

@@ -1,5 +1,6 @@
-"""``workers: 2`` on the ONNX backend: overlapping batches run on a second, narrower session and give the
-same embeddings as one batch at a time; a batch that runs alone keeps the full session."""
+"""``workers: 2`` on the ONNX backend: overlapping batches, and batches with work queued behind them, run on a
+second, narrower session and give the same embeddings as one batch at a time; a batch that runs alone with
+nothing waiting keeps the full session."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def test_overlapping_batches_use_the_second_session_and_match(minilm_onnx_dir, s
 
     answers = asyncio.run(serve())
     got = np.concatenate([a.vectors for a in answers])
-    assert shared.calls > 0 and full.calls > 0
+    assert shared.calls > 0  # 32 requests queued: batches of 4 with work behind them take a lane each
     np.testing.assert_allclose(got, reference, atol=2e-5)
 
 
@@ -63,6 +64,20 @@ def test_a_lone_batch_keeps_the_full_session(minilm_onnx_dir, sentences):
     for t in sentences[:3]:
         embed(two, [t])
     assert (full.calls, shared.calls) == (3, 0)
+
+
+def test_a_batch_with_work_waiting_behind_it_takes_a_lane(minilm_onnx_dir, sentences):
+    """The engine tells the backend its queue's depth; with items waiting, even a batch that runs alone takes
+    the narrower session (the next batch will run beside it), and gives the same vectors."""
+    two = Engine.load(ModelSpec(path=minilm_onnx_dir, backend="onnx", workers=2), SETTINGS)
+    assert two.backend.waiting is not None and two.backend.waiting() == two.batcher.depth == 0
+    reference = embed(two, sentences[:1])
+    full, shared = CountingSession(two.backend._session), CountingSession(two.backend._shared)
+    two.backend._session, two.backend._shared = full, shared
+    two.backend.waiting = lambda: 3
+    got = embed(two, sentences[:1])
+    assert (full.calls, shared.calls) == (0, 1)
+    np.testing.assert_allclose(got, reference, atol=2e-5)
 
 
 def test_workers_default_to_two_on_a_multi_core_cpu_and_one_otherwise(minilm_onnx_dir):
