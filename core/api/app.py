@@ -207,16 +207,6 @@ def drain_on_sigterm(state, on_term: Callable[[], None] | None = None) -> Callab
     return restore
 
 
-def _without_native_telemetry() -> dict:
-    """FastAPI's own OpenTelemetry observation (newer FastAPI: a per-request check of the global providers,
-    and spans beside Tessera's own, ``core.tracing``) switched off where FastAPI has it."""
-    import inspect
-
-    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
-        return {}
-    return {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
-
-
 def create_app(settings: Settings, registry: Registry | None = None, *, metrics: Metrics | None = None,
                health_paths: Iterable[str] = (), fail_unusable: bool = True,
                tracer: NoTracer | OtelTracer = NO_TRACER,
@@ -277,7 +267,6 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
         default_response_class=Response,
         docs_url=None,  # served offline instead (core.api.docs_ui)
         redoc_url=None,
-        **_without_native_telemetry(),
     )
     add_offline_docs(app, app.title)
     app.state.settings = settings
