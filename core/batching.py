@@ -44,6 +44,8 @@ class _Request:
     deadline: float | None
     enqueued: float
     cancelled: bool = False
+    #: its items still in the queue
+    queued: int = 0
     #: tracing on: the caller's trace context and enqueue time (wall clock, ns); queue span recorded yet
     trace: Any = None
     enqueued_ns: int = 0
@@ -108,6 +110,7 @@ class Batcher:
         self._tracer = tracer
         self._span_attributes = dict(span_attributes or {})
         self._queue: list[_Slot] = []
+        self._dead = 0  # queued items of cancelled requests, not yet walked past (``_take`` drops them)
         self._running: set[asyncio.Task] = set()
         self._active = 0  # batches dispatched and not yet finished
         self._free: asyncio.Semaphore | None = None
@@ -150,12 +153,14 @@ class Batcher:
             if not slot.request.future.done():
                 slot.request.future.set_exception(NotReady("server is shutting down"))
         self._queue.clear()
+        self._dead = 0
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
     @property
     def depth(self) -> int:
-        return len(self._queue)
+        """Items queued for a batch (a cancelled request's no longer count)."""
+        return len(self._queue) - self._dead
 
     def running_batches(self) -> list[asyncio.Task]:
         """The batches running now (their items are still read until these end)."""
@@ -176,15 +181,15 @@ class Batcher:
         n = len(items)
         if n == 0:
             return []
-        if len(self._queue) + n > self.max_queue_items:
+        if self.depth + n > self.max_queue_items:
             raise Overloaded(
-                f"model {self.name!r} is overloaded: {len(self._queue)} items queued "
+                f"model {self.name!r} is overloaded: {self.depth} items queued "
                 f"(limit {self.max_queue_items}); retry later",
                 retry_after=self.retry_after_s,
             )
         loop = asyncio.get_running_loop()
         now = time.monotonic()
-        req = _Request(loop.create_future(), [None] * n, n, deadline, now)
+        req = _Request(loop.create_future(), [None] * n, n, deadline, now, queued=n)
         if self._tracer.enabled:
             req.trace, req.enqueued_ns = self._tracer.context(), time.time_ns()
         self._queue.extend(_Slot(req, i, item, int(c), group) for i, (item, c) in enumerate(zip(items, costs)))
@@ -327,10 +332,13 @@ class Batcher:
             walked += 1
             req = slot.request
             if req.cancelled or req.future.done():
+                req.queued -= 1
                 if req.cancelled:
+                    self._dead -= 1
                     self._dropped("cancelled")
                 continue
             if req.deadline is not None and now > req.deadline:
+                req.queued -= 1
                 self._dropped("deadline")
                 req.future.set_exception(Timeout("the request's deadline passed while it was queued"))
                 continue
@@ -345,18 +353,17 @@ class Batcher:
             self._queue = queue[walked:]
             return []
         chosen = self._around_oldest(window)
+        for slot in chosen:
+            slot.request.queued -= 1
         picked = set(map(id, chosen))
         self._queue = [s for s in kept if id(s) not in picked] + queue[walked:]
         return chosen
 
     def _forget(self, req: _Request) -> None:
-        """A request that will not be answered (its caller went away or its deadline passed): its queued
-        items leave the queue now, so they hold no queue room (429) until a batch would have reached them."""
-        queue = self._queue
-        live = [s for s in queue if s.request is not req]
-        for _ in range(len(queue) - len(live)):
-            self._dropped("cancelled")
-        self._queue = live
+        """A request that will not be answered (its caller went away or its deadline passed): its queued items
+        stop counting at once (``depth``, the 429 bound), and ``_take`` drops them when it walks past them."""
+        if req.queued > 0:
+            self._dead += req.queued
 
     def _around_oldest(self, window: list[_Slot]) -> list[_Slot]:
         """Grow a batch from the oldest item through its length-neighbours within the budget, always

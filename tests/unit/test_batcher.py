@@ -242,13 +242,61 @@ def test_a_cancelled_request_frees_its_queue_room_at_once():
         rec.gate.set()
         await blocker
         out = await later
+        for _ in range(100):  # the cancelled items are walked past once the batcher takes its next batch
+            if b.depth == 0:
+                break
+            await asyncio.sleep(0.01)
+        drained = b.depth
         await b.stop()
-        return full, emptied, out
+        return full, emptied, out, drained
 
-    full, emptied, out = run(main())
-    assert (full, emptied) == (5, 0)
+    full, emptied, out, drained = run(main())
+    assert (full, emptied, drained) == (5, 0, 0)
     assert out == [("out", "late0"), ("out", "late1"), ("out", "late2")]
     assert not any(str(x).startswith("gone") for batch in rec.batches for x in batch)
+
+
+def test_queue_depth_stays_exact_through_many_cancellations():
+    """200 requests of 1–5 items, every third cancelled at some point while queued or running: every other
+    request gets its answer, the queue's depth never goes below zero, and it ends at zero."""
+    import random
+
+    rec = Recorder(delay=0.001)
+    rng = random.Random(7)
+    depths = []
+
+    async def main():
+        b = make(rec, max_batch_size=4, max_queue_items=10_000, workers=2)
+        await b.start()
+        tasks = []
+        for i in range(200):
+            n = rng.randint(1, 5)
+            tasks.append(asyncio.ensure_future(b.submit([(i, k) for k in range(n)], costs=[rng.randint(1, 9)] * n)))
+            if rng.random() < 0.5:
+                await asyncio.sleep(0)
+            depths.append(b.depth)
+        for i, task in enumerate(tasks):
+            if i % 3 == 0:
+                await asyncio.sleep(rng.random() * 0.002)
+                task.cancel()
+            depths.append(b.depth)
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        for _ in range(200):
+            if b.depth == 0:
+                break
+            await asyncio.sleep(0.01)
+        depths.append(b.depth)
+        await b.stop()
+        return results
+
+    results = run(main())
+    for i, result in enumerate(results):
+        if not isinstance(result, BaseException):
+            assert result == [("out", (i, k)) for k in range(len(result))]
+        else:
+            assert i % 3 == 0 and isinstance(result, asyncio.CancelledError)
+    assert sum(not isinstance(r, BaseException) for r in results) >= 133
+    assert min(depths) >= 0 and depths[-1] == 0
 
 
 def test_not_accepting_before_start_and_after_stop():
