@@ -25,6 +25,7 @@ from core.config import Settings
 from core.devices import expand_devices, runtime_device
 from core.errors import ConfigError, StartupFailed
 from core.executor.rundir import new_shm_prefix, remove_segments, write_address
+from core.frontends import is_accelerator
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,15 @@ class ExecutorSet:
         shutil.rmtree(self.run_dir, ignore_errors=True)
         remove_segments(self.shm_prefix)
 
+    def settings_for(self, device: str) -> Settings:
+        """An executor's settings: the server's, except that CPU executors share ``threads`` (``cpu:0,cpu:1`` on a
+        2-thread setting: one each), so that they do not each start a runtime pool as wide as the machine. A
+        model's own ``threads`` still wins."""
+        cpus = sum(1 for d in self.executors if not is_accelerator(d))
+        if is_accelerator(device) or cpus < 2:
+            return self.settings
+        return self.settings.model_copy(update={"threads": max(1, self.settings.threads // cpus)})
+
     # -----------------------------------------------------------------------------------------------------
     def _spawn(self, executor: _Executor) -> None:
         from core.executor.server import executor_main
@@ -150,7 +160,8 @@ class ExecutorSet:
         receive, send = self._context.Pipe(duplex=False)
         process = self._context.Process(
             target=executor_main, name=f"tessera-executor-{executor.device}",
-            args=(self.settings, executor.device, executor.specs, executor.socket, send, os.getpid()))
+            args=(self.settings_for(executor.device), executor.device, executor.specs, executor.socket, send,
+                  os.getpid()))
         process.start()
         send.close()
         executor.process = process

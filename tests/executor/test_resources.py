@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from core.config import ModelSpec, Settings
 from core.executor import ExecutorSet, remote_registry
 from core.tasks.embed import EmbedRequest
 from tests.executor import clients
@@ -96,3 +97,32 @@ def test_stop_drains_and_leaves_nothing_behind(minilm_onnx_dir):
     assert not run_dir.exists()
     assert segments(prefix) == []
     assert executors.check() is not None
+
+
+def test_cpu_executors_share_the_threads(minilm_onnx_dir):
+    """Two CPU executors on a 2-thread setting get one thread each (so one ONNX lane each); a single CPU executor
+    keeps both (two lanes); a model's own ``threads`` wins."""
+    import json
+
+    spec = {"path": minilm_onnx_dir, "name": "emb", "backend": "onnx"}
+
+    def lanes(executors):
+        described = json.loads((Path(executors.address) / "executors.json").read_text())["executors"]
+        return {device: entry["models"]["emb"]["backend"]["lanes"] for device, entry in described.items()}
+
+    two = ExecutorSet.start(Settings(models=[ModelSpec(**spec, device="cpu:0,cpu:1")], threads=2))
+    try:
+        assert two.settings_for("cpu:0").threads == two.settings_for("cpu:1").threads == 1
+        assert lanes(two) == {"cpu:0": 1, "cpu:1": 1}
+    finally:
+        two.stop(timeout=10.0)
+    one = ExecutorSet.start(Settings(models=[ModelSpec(**spec, device="cpu:0")], threads=2))
+    try:
+        assert one.settings_for("cpu:0").threads == 2 and lanes(one) == {"cpu:0": 2}
+    finally:
+        one.stop(timeout=10.0)
+    own = ExecutorSet.start(Settings(models=[ModelSpec(**spec, device="cpu:0,cpu:1", threads=2)], threads=2))
+    try:
+        assert lanes(own) == {"cpu:0": 2, "cpu:1": 2}
+    finally:
+        own.stop(timeout=10.0)
