@@ -111,10 +111,6 @@ def resolve_class(name: str) -> type:
     return cls
 
 
-def _fields(cls: type) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls) if f.name not in FRONT_END_ONLY]
-
-
 # ---- layout of arrays in a block ----------------------------------------------------------------------
 def padded(nbytes: int) -> int:
     return -(-nbytes // _ALIGN) * _ALIGN
@@ -170,18 +166,18 @@ class _Reader:
 
 
 # ---- items --------------------------------------------------------------------------------------------
-_PLANS: dict[type, tuple[str, list[str], tuple[str, ...]]] = {}
+_PLANS: dict[type, tuple[str, list[str]]] = {}
 
 
-def _plan(cls: type) -> tuple[str, list[str], tuple[str, ...]]:
-    """A class's name, the fields that cross (in order) and the trailing ones that do not."""
+def _plan(cls: type) -> tuple[str, list[str]]:
+    """A class's name and the fields that cross, in order (the front-end-only ones must be its last)."""
     plan = _PLANS.get(cls)
     if plan is None:
         names = [f.name for f in dataclasses.fields(cls)]
         sent = [n for n in names if n not in FRONT_END_ONLY]
         if names[:len(sent)] != sent:  # the executor builds items positionally from the fields that cross
             raise BackendFailure(f"internal: {class_name(cls)}'s front-end-only fields must come last")
-        plan = _PLANS[cls] = (class_name(cls), sent, tuple(n for n in names if n in FRONT_END_ONLY))
+        plan = _PLANS[cls] = (class_name(cls), sent)
     return plan
 
 
@@ -192,7 +188,7 @@ def encode_items(items: Sequence[Any]) -> tuple[dict, _Writer, list[int]]:
     for item in items:
         if type(item) is not cls:
             raise BackendFailure(f"internal: a request's items mix {class_name(cls)} and {class_name(type(item))}")
-    name_of_class, fields, _ = _plan(cls)
+    name_of_class, fields = _plan(cls)
     writer = _Writer()
     columns = []
     shared: list[int] | None = None
