@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 from core.config import ModelSpec, Settings
@@ -41,3 +42,16 @@ async def wait_for(condition, timeout: float = 60.0, step: float = 0.05) -> None
         if loop.time() > end:
             raise AssertionError(f"condition not met within {timeout}s")
         await asyncio.sleep(step)
+
+
+@contextlib.asynccontextmanager
+async def running(settings: Settings, address: str):
+    """A front end's registry of the executors at ``address``, started, and stopped on the way out."""
+    from core.executor import remote_registry
+
+    registry = remote_registry(settings, address)
+    await registry.start()
+    try:
+        yield registry
+    finally:
+        await registry.stop()

@@ -18,7 +18,7 @@ from core.tasks.classify import ClassifyRequest
 from core.tasks.embed import EmbedRequest
 from core.tasks.late_interaction import MaxSimRequest
 from core.tasks.rerank import RerankRequest
-from tests.executor.conftest import settings_for
+from tests.executor.conftest import running, settings_for
 
 TEXTS = ["the cat sat on the mat", "a quick brown fox jumps over the lazy dog near the river bank", "hi",
          "serving engines batch many requests together", "shared memory crosses between processes"]
@@ -88,24 +88,18 @@ def assert_same(remote, reference, path="result"):
 
 def test_results_equal_the_in_process_engine(executors, local):
     async def main():
-        registry = remote_registry(executors.settings, executors.address)
-        await registry.start()
-        try:
+        async with running(executors.settings, executors.address) as registry:
             for label, (model, make) in requests().items():
                 remote = await registry.engines[model](make())
                 reference = local.engines[model].run_sync(make())
                 assert_same(remote, reference, label)
-        finally:
-            await registry.stop()
 
     asyncio.run(main())
 
 
 def test_a_batch_equals_its_items_one_by_one(executors):
     async def main():
-        registry = remote_registry(executors.settings, executors.address)
-        await registry.start()
-        try:
+        async with running(executors.settings, executors.address) as registry:
             engine = registry.engines["emb"]
             batched = await engine(EmbedRequest(texts=list(TEXTS)))
             singles = await asyncio.gather(*[engine(EmbedRequest(texts=[t])) for t in TEXTS])
@@ -113,8 +107,6 @@ def test_a_batch_equals_its_items_one_by_one(executors):
             scores = await registry.engines["rr"](RerankRequest(query="q", documents=list(TEXTS)))
             alone = [await registry.engines["rr"](RerankRequest(query="q", documents=[d])) for d in TEXTS]
             np.testing.assert_allclose([a.scores[0] for a in alone], scores.scores, atol=2e-5)
-        finally:
-            await registry.stop()
 
     asyncio.run(main())
 
@@ -148,9 +140,7 @@ def test_what_does_not_fit_the_arenas_travels_in_the_frame(executors, local, mon
     monkeypatch.setattr(client, "RESULT_ARENA_BYTES", 4096)
 
     async def main():
-        registry = remote_registry(executors.settings, executors.address)
-        await registry.start()
-        try:
+        async with running(executors.settings, executors.address) as registry:
             (link,) = registry.engines["emb"].links
             assert link._requests.size == 4096 and link._results.size == 4096
             make = lambda: EmbedRequest(texts=[LONG[:1500]] * 4, output="tokens")  # noqa: E731
@@ -159,8 +149,6 @@ def test_what_does_not_fit_the_arenas_travels_in_the_frame(executors, local, mon
             assert_same(remote, local.engines["emb"].run_sync(make()), "per-token answer inline")
             small = await registry.engines["emb"](EmbedRequest(texts=["fits"]))
             assert_same(small, local.engines["emb"].run_sync(EmbedRequest(texts=["fits"])), "small answer")
-        finally:
-            await registry.stop()
 
     asyncio.run(main())
 
@@ -172,9 +160,7 @@ def test_the_deadline_travels_to_the_executor(executors):
     from core.errors import Timeout
 
     async def main():
-        registry = remote_registry(executors.settings, executors.address)
-        await registry.start()
-        try:
+        async with running(executors.settings, executors.address) as registry:
             engine = registry.engines["emb"]
             with pytest.raises(Timeout) as caught:
                 await engine(EmbedRequest(texts=list(TEXTS)), deadline=time.monotonic() - 1.0)
@@ -182,8 +168,6 @@ def test_the_deadline_travels_to_the_executor(executors):
             (link,) = engine.links
             assert link.outstanding["emb"] == 0 and link._allocator.in_use == 0
             assert (await engine(EmbedRequest(texts=["still served"]))).vectors.shape == (1, 384)
-        finally:
-            await registry.stop()
 
     asyncio.run(main())
 
@@ -204,15 +188,11 @@ def test_an_answer_that_cannot_be_read_fails_its_request_only(executors, monkeyp
     monkeypatch.setattr(wire, "decode_results", broken_once)
 
     async def main():
-        registry = remote_registry(executors.settings, executors.address)
-        await registry.start()
-        try:
+        async with running(executors.settings, executors.address) as registry:
             engine = registry.engines["emb"]
             with pytest.raises(BackendFailure, match="executor cpu:0: its answer could not be read"):
                 await engine(EmbedRequest(texts=["first"]))
             assert (await engine(EmbedRequest(texts=["second"]))).vectors.shape == (1, 384)
             assert registry.ready
-        finally:
-            await registry.stop()
 
     asyncio.run(main())

@@ -9,9 +9,9 @@ import numpy as np
 
 from benchmarks.media import data_uri, png
 from core.engine import Registry
-from core.executor import ExecutorSet, remote_registry
+from core.executor import ExecutorSet
 from core.tasks.embed import EmbedRequest
-from tests.executor.conftest import settings_for
+from tests.executor.conftest import running, settings_for
 
 
 def test_clip_runs_whole_in_the_executor(clip_dir):
@@ -23,18 +23,16 @@ def test_clip_runs_whole_in_the_executor(clip_dir):
 
     async def main():
         await local.start()
-        registry = remote_registry(executors.settings, executors.address)
-        await registry.start()
         try:
-            engine = registry.engines["clip"]
-            assert engine.whole
-            for make in requests:
-                remote, reference = await engine(make()), await local.engines["clip"](make())
-                assert remote.prompt_tokens == reference.prompt_tokens
-                np.testing.assert_allclose(remote.vectors, reference.vectors, atol=1e-5)
-            assert {link.device: link.sent for link in engine.links} == {"cpu:0": {"clip": 2}}
+            async with running(executors.settings, executors.address) as registry:
+                engine = registry.engines["clip"]
+                assert engine.whole
+                for make in requests:
+                    remote, reference = await engine(make()), await local.engines["clip"](make())
+                    assert remote.prompt_tokens == reference.prompt_tokens
+                    np.testing.assert_allclose(remote.vectors, reference.vectors, atol=1e-5)
+                assert {link.device: link.sent for link in engine.links} == {"cpu:0": {"clip": 2}}
         finally:
-            await registry.stop()
             await local.stop()
 
     try:
