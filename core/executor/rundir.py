@@ -8,11 +8,23 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
+import tempfile
 from pathlib import Path
 
 from core.executor import shm
 
 ADDRESS_FILE = "executors.json"
+
+
+def new_run_dir() -> Path:
+    """A private directory for one executor set's sockets and ``executors.json``."""
+    return Path(tempfile.mkdtemp(prefix="tessera-run-"))
+
+
+def executor_socket(run_dir: Path, device: str) -> str:
+    """The Unix socket the executor of ``device`` listens on."""
+    return str(run_dir / f"{device.replace(':', '-')}.sock")
 
 
 def new_shm_prefix() -> str:
@@ -37,3 +49,11 @@ def remove_segments(prefix: str) -> list[str]:
             shm.unlink(path.name)
             removed.append(path.name)
     return removed
+
+
+def remove_run(run_dir: Path | None, shm_prefix: str) -> None:
+    """What an executor set leaves once stopped: its run directory and any segment named with its prefix."""
+    if run_dir is not None:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    if shm_prefix:
+        remove_segments(shm_prefix)

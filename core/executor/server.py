@@ -347,16 +347,14 @@ class ThreadExecutor:
         """Serve (the batchers started, the socket listening, ``executors.json`` written) and return; or raise
         ``StartupFailed``. ``settings``: ignored (the supervisor's ``executors(settings)`` call)."""
         import concurrent.futures
-        import tempfile
         import threading
-        from pathlib import Path
 
         from core.errors import StartupFailed
-        from core.executor.rundir import new_shm_prefix, write_address
+        from core.executor.rundir import executor_socket, new_run_dir, new_shm_prefix, write_address
 
-        self.run_dir = Path(tempfile.mkdtemp(prefix="tessera-run-"))
+        self.run_dir = new_run_dir()
         self.shm_prefix = new_shm_prefix()
-        socket_path = str(self.run_dir / f"{self.device.replace(':', '-')}.sock")
+        socket_path = executor_socket(self.run_dir, self.device)
         self.loop = asyncio.new_event_loop()
         self._stopping = asyncio.Event()
         started: concurrent.futures.Future = concurrent.futures.Future()
@@ -420,9 +418,7 @@ class ThreadExecutor:
     def stop(self, timeout: float) -> None:
         """Drain (the work the front ends sent finishes within ``timeout``), stop the batchers and the thread,
         then remove the run directory and any shared-memory segment of this set left behind."""
-        import shutil
-
-        from core.executor.rundir import remove_segments
+        from core.executor.rundir import remove_run
 
         self._grace = max(0.0, timeout)
         if self._thread is not None and self._thread.is_alive():
@@ -438,7 +434,4 @@ class ThreadExecutor:
             if pending:
                 self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self.loop.close()
-        if self.run_dir is not None:
-            shutil.rmtree(self.run_dir, ignore_errors=True)
-        if self.shm_prefix:
-            remove_segments(self.shm_prefix)
+        remove_run(self.run_dir, self.shm_prefix)

@@ -13,9 +13,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import shutil
 import signal
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +22,7 @@ from typing import Any
 from core.config import Settings
 from core.devices import expand_devices, runtime_device
 from core.errors import ConfigError, StartupFailed
-from core.executor.rundir import new_shm_prefix, remove_segments, write_address
+from core.executor.rundir import executor_socket, new_run_dir, new_shm_prefix, remove_run, write_address
 from core.frontends import is_accelerator
 
 log = logging.getLogger(__name__)
@@ -73,8 +71,8 @@ class ExecutorSet:
         """Spawn one executor per device and block until each has loaded and warmed its models;
         ``StartupFailed`` naming the model and device when one cannot (the others are stopped)."""
         devices = plan(settings)
-        run_dir = Path(tempfile.mkdtemp(prefix="tessera-run-"))
-        executors = {device: _Executor(device, specs, str(run_dir / f"{device.replace(':', '-')}.sock"))
+        run_dir = new_run_dir()
+        executors = {device: _Executor(device, specs, executor_socket(run_dir, device))
                      for device, specs in devices.items()}
         self = cls(settings, run_dir, executors)
         try:
@@ -140,8 +138,7 @@ class ExecutorSet:
             if executor.process is not None and executor.process.exitcode is not None:
                 executor.process.close()
             executor.process = None
-        shutil.rmtree(self.run_dir, ignore_errors=True)
-        remove_segments(self.shm_prefix)
+        remove_run(self.run_dir, self.shm_prefix)
 
     def settings_for(self, device: str) -> Settings:
         """An executor's settings: the server's, except that CPU executors share ``threads`` (``cpu:0,cpu:1`` on a
