@@ -248,7 +248,7 @@ class Supervisor:
             return self._drain() if self._stop.is_set() else self._give_up("a front end failed to start")
         log.info("serving on %s:%d with %d front ends (pids %s)%s", host, port, len(self.frontends),
                  " ".join(str(f.proc.pid) for f in self.frontends.values()),
-                 f" and executors (pids {' '.join(map(str, self.executors.pids))})" if self.executors else "")
+                 f" and executors (pids {' '.join(map(str, self.executors.pids))})")
         return None
 
     # ---- in a host process that keeps its main thread (Modal's class) ------------------------------------
