@@ -199,10 +199,11 @@ def executor_device(specs) -> str:
 def refuse_several_devices(specs) -> None:
     """The class serves every model on its one GPU: a model naming several devices (``cuda:0,cuda:1``,
     ``cuda:*``) fails the start with what to do instead."""
+    from core.devices import is_device_list
     from core.errors import StartupFailed
 
     for spec in specs:
-        if "," in str(spec.device) or "*" in str(spec.device):
+        if is_device_list(str(spec.device)):
             raise StartupFailed(
                 f"model {spec.served_name!r}: device {spec.device!r} names several devices, and the Modal class "
                 "serves each model on the container's one GPU: set device cuda, and scale across GPUs with "
