@@ -10,6 +10,7 @@ import random
 import numpy as np
 
 from core.errors import Overloaded
+from tests.executor.conftest import rss_kib
 
 
 def load_client(settings, address: str, texts: list[str], references: dict, seed: int, requests: int,
@@ -87,14 +88,6 @@ def connect_and_wait(settings, address: str, ready) -> None:
     asyncio.run(main())
 
 
-def rss_kib() -> int:
-    with open(f"/proc/{os.getpid()}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
-
-
 def front_end_memory(settings, address: str | None, model: str) -> dict:
     """RSS growth of a fresh process that serves ``model`` as a front end (``address``: executors) or
     in-process (None), from after the imports both need to after one answered request; and whether a
@@ -105,13 +98,13 @@ def front_end_memory(settings, address: str | None, model: str) -> dict:
     from core.executor import remote_registry
     from core.tasks.embed import EmbedRequest
 
-    before = rss_kib()
+    before = rss_kib(os.getpid())
 
     async def serve():
         registry = remote_registry(settings, address) if address else Registry.from_settings(settings)
         await registry.start()
         result = await registry.engines[model](EmbedRequest(texts=["how much memory does this take"]))
-        after = rss_kib()
+        after = rss_kib(os.getpid())
         await registry.stop()
         return result.vectors.shape, after
 
