@@ -24,19 +24,26 @@ from tests.support.modules import load_by_path
 from tests.support.server import free_port
 
 
+def _app_without_a_cap(name: str, **env: str):
+    """adapters/modal/app.py loaded as ``name`` with the tests' deploy settings, no TESSERA_MODAL_MAX_INPUTS (the
+    cap derived from the front ends) and ``env`` on top; the settings are put back after."""
+    saved = dict(MODAL_ENV)
+    MODAL_ENV.pop("TESSERA_MODAL_MAX_INPUTS", None)
+    MODAL_ENV.update(env)
+    try:
+        with modal_env():
+            return load_by_path(name, MODAL_APP)
+    finally:
+        MODAL_ENV.clear()
+        MODAL_ENV.update(saved)
+
+
 @pytest.fixture(scope="module")
 def scaled_module(modal_module):
     """adapters/modal/app.py deployed with two front ends and no cap set (the cap derived from them), its front
     ends on 127.0.0.1:<free port>."""
-    saved = dict(MODAL_ENV)
-    MODAL_ENV.pop("TESSERA_MODAL_MAX_INPUTS", None)
-    MODAL_ENV.update({"TESSERA_MODAL_FRONTENDS": "2", "TESSERA_MODAL_PORT": str(free_port())})
-    try:
-        with modal_env():
-            module = load_by_path("tessera_modal_app_scaled", MODAL_APP)
-    finally:
-        MODAL_ENV.clear()
-        MODAL_ENV.update(saved)
+    module = _app_without_a_cap("tessera_modal_app_scaled", TESSERA_MODAL_FRONTENDS="2",
+                                 TESSERA_MODAL_PORT=str(free_port()))
     module.WEB_HOST = "127.0.0.1"  # the tests' loopback; in a container Modal's proxy needs 0.0.0.0
     return module
 
@@ -78,15 +85,7 @@ def test_auto_sizes_the_front_ends_from_the_reserved_cores(modal_module):
     reserves 8 cores (``cpu=``) and runs 3 front ends beside the GPU's executor (core/frontends.py's rule)."""
     from modal_proto import api_pb2
 
-    saved = dict(MODAL_ENV)
-    MODAL_ENV.pop("TESSERA_MODAL_MAX_INPUTS", None)
-    MODAL_ENV.update({"TESSERA_MODAL_CPU": "8"})
-    try:
-        with modal_env():
-            module = load_by_path("tessera_modal_app_auto", MODAL_APP)
-    finally:
-        MODAL_ENV.clear()
-        MODAL_ENV.update(saved)
+    module = _app_without_a_cap("tessera_modal_app_auto", TESSERA_MODAL_CPU="8")
     assert module.PLAN.count == 3 and module.PLAN.reason.startswith("auto: 1 accelerator(s) (cuda) on 8 cores")
     assert _options(module)["cpu"] == 8.0 and _options(module)["max_concurrent_inputs"] == 192
     assert _hooks(module)["web"].params.webhook_config.type == api_pb2.WEBHOOK_TYPE_WEB_SERVER
