@@ -321,7 +321,7 @@ class Batcher:
     def _take(self) -> list[_Slot]:
         """Pop the next batch: from the queue's head, drop dead work until ``window`` live items of the oldest
         live item's group are in view, then pick by length around the oldest. Only that head is walked: the
-        queue may hold thousands of items (a cancelled request's are removed at once, by ``_forget``)."""
+        queue may hold thousands of items (a cancelled request's stop counting at once, by ``_forget``)."""
         now = time.monotonic()
         queue = self._queue
         kept: list[_Slot] = []  # the live items walked, in order
@@ -331,7 +331,7 @@ class Batcher:
         for slot in queue:
             walked += 1
             req = slot.request
-            if req.cancelled or req.future.done():
+            if req.done():
                 req.queued -= 1
                 if req.cancelled:
                     self._dead -= 1
@@ -362,8 +362,7 @@ class Batcher:
     def _forget(self, req: _Request) -> None:
         """A request that will not be answered (its caller went away or its deadline passed): its queued items
         stop counting at once (``depth``, the 429 bound), and ``_take`` drops them when it walks past them."""
-        if req.queued > 0:
-            self._dead += req.queued
+        self._dead += req.queued
 
     def _around_oldest(self, window: list[_Slot]) -> list[_Slot]:
         """Grow a batch from the oldest item through its length-neighbours within the budget, always
