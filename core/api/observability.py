@@ -14,7 +14,7 @@ The start-up warm pass (``core.api.warm_pass``) gets no access line.
 from __future__ import annotations
 
 import logging
-import os
+import random
 import re
 import time
 
@@ -43,14 +43,20 @@ REASONS = {
 
 
 def request_id(headers) -> str:
-    """The caller's ``X-Request-Id`` made safe, or a new id when it sent none (or nothing safe)."""
+    """The caller's ``X-Request-Id`` made safe, or a new id when it sent none (or nothing safe).
+
+    A new id is 128 bits, 32 hex digits, from the ``random`` module's generator: seeded from the system's
+    entropy at start, and again in a forked child by the module itself. An id is a label, not a secret, and
+    ``os.urandom`` is a system call that lets go of the interpreter lock: on a loop shared with the tokenization
+    and inference threads, getting it back cost more than the rest of the request's bookkeeping (~35 µs CPU per
+    request against ~1 µs, near-free model, in-process)."""
     for name, value in headers:
         if name == b"x-request-id":
             cleaned = SAFE.sub(b"", value[: MAX_REQUEST_ID * 4])[:MAX_REQUEST_ID]
             if cleaned:
                 return cleaned.decode("ascii")
             break
-    return os.urandom(16).hex()  # 128 random bits, as uuid4().hex, without building a UUID object
+    return f"{random.getrandbits(128):032x}"
 
 
 def route_of(scope: Scope) -> str:

@@ -38,6 +38,30 @@ def test_the_callers_id_is_echoed_made_safe_or_replaced():
     assert len(generated) == 2 and all(re.fullmatch(r"[0-9a-f]{32}", g) for g in generated)
 
 
+
+def test_new_ids_do_not_repeat_in_a_forked_child():
+    """A forked worker (gunicorn, multiprocessing's fork) starts from its parent's generator state: its new ids
+    must still differ from the parent's."""
+    import os
+
+    ids = {request_id([]) for _ in range(10_000)}
+    assert len(ids) == 10_000
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, to the parent
+        try:
+            os.write(write, "".join(request_id([]) for _ in range(4)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        child = pipe.read().decode()
+    os.waitpid(pid, 0)
+    child_ids = [child[i:i + 32] for i in range(0, len(child), 32)]
+    parent_ids = [request_id([]) for _ in range(4)]
+    assert len(child_ids) == 4 and all(re.fullmatch(r"[0-9a-f]{32}", c) for c in child_ids)
+    assert not set(child_ids) & (set(parent_ids) | ids)
+
 def test_every_answer_carries_the_id(client, caplog):
     caplog.set_level(logging.INFO, logger="tessera.access")
     r = client.post("/v1/embeddings", json={"input": [SECRET, "x"]}, headers={**AUTH, "X-Request-Id": "ok<1>"})
