@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from core.supervisor import SPREADS_CONNECTIONS
 from tests.scaleout.conftest import (children_of, frontend_of, group_members, proc_stat, supervised_server,
                                      wait_gone)
 from tests.support.server import free_port, wait_for
@@ -197,6 +198,78 @@ def test_a_killed_frontend_is_restarted_while_the_other_serves(one_model):
         assert httpx.get(server.base + "/v1/models", timeout=30).json()["frontends"] == {
             "count": 2, "reason": "frontends=2 was set: 2 front-end processes"}
 
+
+
+def _answering_frontends(base: str, count: int) -> list[int]:
+    """A client pool's ``count`` connections, opened together by ``count`` concurrent first requests (aiohttp, as
+    the benchmarks' load generator opens them), then ``count`` more requests at once on them: the front end that
+    answered each of those."""
+    import aiohttp
+
+    async def run() -> list[int]:
+        connector = aiohttp.TCPConnector(limit=count)
+        async with aiohttp.ClientSession(base_url=base, connector=connector) as client:
+            async def one(i: int) -> int:
+                async with client.post("/v1/embeddings", json={"model": "nf", "input": f"which {i}"}) as r:
+                    assert r.status == 200, await r.text()
+                    return int(r.headers["x-tessera-frontend"])
+
+            await asyncio.gather(*(one(i) for i in range(count)))  # opens the connections
+            return list(await asyncio.gather(*(one(i) for i in range(count))))
+
+    return asyncio.run(run())
+
+
+def _listening_sockets(port: int) -> set[str]:
+    """The inodes of the sockets listening on 127.0.0.1:``port`` (``/proc/net/tcp``: state 0A)."""
+    found = set()
+    with open("/proc/net/tcp") as table:
+        for row in list(table)[1:]:
+            fields = row.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                found.add(fields[9])
+    return found
+
+
+def _sockets_of(pid: int) -> set[str]:
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    return inodes
+
+
+def test_each_front_end_listens_on_a_socket_of_its_own(one_model):
+    """Connections are spread by the kernel, not by a race: on one shared listening socket the front end whose
+    loop woke first took most of a pool's connections (of 64: 62, 60, 58, 55, 47, 44, 40 in seven pools of the
+    benchmarks' load generator), and the other sat idle for as long as they lived. Each front end now listens
+    on its own socket of a SO_REUSEPORT group, one per front end, a restarted one too (the dead one's socket is
+    closed, so that new connections go to the front end that serves), and a pool's connections reach both."""
+    if not SPREADS_CONNECTIONS:
+        pytest.skip("the kernel spreads a SO_REUSEPORT group's connections on Linux only")
+    with supervised_server(one_model, 2, name="spread") as server:
+        port = int(server.base.rsplit(":", 1)[1])
+
+        def one_socket_each() -> None:
+            listening = _listening_sockets(port)
+            held = {i: _sockets_of(pid) & listening for i, pid in server.frontend_pids().items()}
+            assert len(listening) == 2 and all(len(h) == 1 for h in held.values()) and held[0] != held[1], (
+                listening, held)
+
+        one_socket_each()
+        for _ in range(2):  # a pool's connections, opened together, reach both
+            answered = _answering_frontends(server.base, 64)
+            assert min(answered.count(0), answered.count(1)) >= 12, answered
+        before = server.frontend_pids()
+        os.kill(before[1], signal.SIGKILL)
+        wait_for(lambda: server.frontend_pids().get(1, before[1]) != before[1], "front end 1 serving again", 300)
+        wait_for(lambda: len(_listening_sockets(port)) == 2, "one listening socket per front end again", 60)
+        one_socket_each()
+        assert _frontends_answering(server.base, {0, 1}) == {0, 1}
 
 def test_sigterm_drains_every_frontend_and_exits_0(one_model):
     long_texts = [" ".join(WORDS * 12) + f" {i}" for i in range(300)]
