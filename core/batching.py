@@ -10,7 +10,10 @@
 - One request's items may span several batches; its result is assembled in order.
 - A failing batch fails only the requests that had items in it.
 
-The batch function runs on a dedicated thread, so the event loop stays free.
+The batch function runs on a dedicated thread, so the event loop stays free; except a batch whose run is
+expected to take under ``inline_below_s`` (from the runs of batches of its padded size), which runs on the
+event loop itself: handing a batch to a thread and its result back costs the process more CPU than such a
+batch takes (the waking of two threads and the hand-over of the interpreter lock each way).
 """
 
 from __future__ import annotations
@@ -93,8 +96,14 @@ class Batcher:
         on_drop: Callable[[str], None] | None = None,
         tracer: Any = NO_TRACER,
         span_attributes: Mapping[str, Any] | None = None,
+        inline_below_s: float = 0.0,
     ):
         self._fn = fn
+        self.inline_below_s = inline_below_s
+        #: seconds a batch ran (its thread's CPU time), by its padded tokens' size class (their bit length):
+        #: a running average
+        self._run_s: dict[int, float] = {}
+        self._held_too_long: set[int] = set()
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_size = max_batch_size
         self.max_queue_items = max_queue_items
@@ -243,7 +252,12 @@ class Batcher:
         started_ns = time.time_ns() if self._tracer.enabled else 0
         error: BaseException | None = None
         try:
-            results = await loop.run_in_executor(self._executor, self._fn, [s.item for s in batch])
+            inline = self._inline(stats.padded_tokens)
+            if inline:
+                results, cpu_seconds = self._timed([s.item for s in batch])
+            else:
+                results, cpu_seconds = await loop.run_in_executor(self._executor, self._timed,
+                                                                  [s.item for s in batch])
             if len(results) != len(batch):
                 raise BackendFailure(f"batch returned {len(results)} results for {len(batch)} items")
         except asyncio.CancelledError:
@@ -267,6 +281,7 @@ class Batcher:
             if started_ns:
                 self._trace_batch(batch, stats, started_ns, error)
         stats.run_seconds = time.monotonic() - now
+        self._learn(stats.padded_tokens, cpu_seconds, inline_seconds=stats.run_seconds if inline else None)
         if self._on_success:
             self._on_success()
         if self._on_batch:
@@ -297,6 +312,39 @@ class Batcher:
                 self._tracer.record("queue", req.trace, req.enqueued_ns, started_ns, self._span_attributes)
             self._tracer.record("batch", req.trace, started_ns, ended_ns,
                                 {**attributes, "tessera.batch.request_items": mine}, error)
+
+    #: weight of a batch's run in the running average of its size class
+    RUN_AVERAGE_WEIGHT = 0.25
+
+    def _timed(self, items: list) -> tuple[list, float]:
+        """The batch function's results, and the CPU time the calling thread spent in it: what the batch would
+        hold the event loop for. (Not its wall time: on a thread, that also counts the waits for the
+        interpreter lock while the loop holds it, several times the run itself under load.)"""
+        started = time.thread_time()
+        results = self._fn(items)
+        return results, time.thread_time() - started
+
+    #: a batch that held the event loop this many times ``inline_below_s`` (its thread's CPU time said it would
+    #: be quick, but it waited: on a device, a sleep, I/O) keeps its size class on the thread from then on
+    HELD_TOO_LONG = 10
+
+    def _inline(self, padded_tokens: int) -> bool:
+        """Run on the event loop: batches of this size have run in under ``inline_below_s`` on average (a size
+        class not yet seen runs on the thread first)."""
+        size = padded_tokens.bit_length()
+        expected = self._run_s.get(size)
+        return expected is not None and expected < self.inline_below_s and size not in self._held_too_long
+
+    def _learn(self, padded_tokens: int, seconds: float, *, inline_seconds: float | None = None) -> None:
+        if self.inline_below_s <= 0:
+            return
+        size = padded_tokens.bit_length()
+        if inline_seconds is not None and inline_seconds > self.HELD_TOO_LONG * self.inline_below_s:
+            self._held_too_long.add(size)
+            log.info("model %s: a batch of %d padded tokens held the event loop %.1f ms; batches of its size "
+                     "run on the inference thread from now on", self.name, padded_tokens, inline_seconds * 1000)
+        before = self._run_s.get(size)
+        self._run_s[size] = seconds if before is None else before + self.RUN_AVERAGE_WEIGHT * (seconds - before)
 
     def _full_batch_queued(self) -> bool:
         """Enough queued for a full batch (by count or, unpadded, by tokens)?"""

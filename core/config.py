@@ -105,6 +105,12 @@ class _ModelSpecFields(BaseModel):
     )
     max_batch_size: int = Field(default=64, gt=0, description="items per batch")
     max_queue_items: int = Field(default=4096, gt=0, description="queued items before 429")
+    inline_batch_ms: float = Field(
+        default=1.0, ge=0,
+        description="on a CPU, a batch expected to run in under this many ms (from the batches of its size run so "
+        "far) runs on the event loop instead of the inference thread, whose hand-over costs more CPU than such a "
+        "batch (a tiny model's); 0: every batch on the inference thread (docs/architecture.md#batching)",
+    )
     max_length: int | None = Field(default=None, gt=0, description="override the model's max sequence length")
     threads: int | None = Field(default=None, gt=0, description="runtime threads; default: settings.threads")
     pad_to_multiple_of: int = Field(default=1, gt=0, description="pad batches to a multiple of this")

@@ -60,6 +60,8 @@ class Engine:
             max_queue_items=spec.max_queue_items,
             retry_after_s=settings.retry_after_s,
             workers=backend.lanes,
+            # on an accelerator a batch lasts as long as the device takes, which the event loop must not wait for
+            inline_below_s=spec.inline_batch_ms / 1000 if spec.device.split(":")[0] == "cpu" else 0.0,
             name=self.name,
             on_batch=self._on_batch,
             on_error=self._on_error,

@@ -423,3 +423,92 @@ def test_two_workers_stop_fails_running_and_queued_work():
 
     out = run(main())
     assert out and all(isinstance(r, NotReady) for r in out)
+
+
+class ThreadRecorder(Recorder):
+    """Also records the thread each batch ran on, and burns ``burn`` seconds of CPU per batch."""
+
+    def __init__(self, burn: float = 0.0, **kw):
+        super().__init__(**kw)
+        self.threads: list[str] = []
+        self.burn = burn
+
+    def __call__(self, items):
+        self.threads.append(threading.current_thread().name)
+        until = time.thread_time() + self.burn
+        while time.thread_time() < until:
+            pass
+        return super().__call__(items)
+
+
+def test_a_batch_of_a_size_known_to_be_quick_runs_on_the_event_loop():
+    """The first batch of a size class runs on the inference thread, which measures it; once batches of that size
+    are known to take under ``inline_below_s`` of CPU, they run on the loop itself (no hand-over to a thread and
+    back). Another size class starts on the thread again. Results and their order are the same either way."""
+    rec = ThreadRecorder()
+
+    async def main():
+        b = make(rec, inline_below_s=0.01, name="quick")
+        await b.start()
+        outs = [await b.submit([i, i + 1], costs=[5, 5]) for i in range(3)]  # 10 padded tokens: one size class
+        outs.append(await b.submit(list(range(8)), costs=[60] * 8))  # 480 padded tokens: another
+        outs.append(await b.submit(list(range(8)), costs=[60] * 8))
+        await b.stop()
+        return outs
+
+    outs = run(main())
+    assert outs[:3] == [[("out", i), ("out", i + 1)] for i in range(3)]
+    assert outs[3] == outs[4] == [("out", i) for i in range(8)]
+    assert rec.threads[0].startswith("infer-quick") and rec.threads[3].startswith("infer-quick")
+    assert rec.threads[1] == rec.threads[2] == rec.threads[4] == "MainThread"
+
+
+def test_a_slow_batch_and_a_batcher_without_the_option_stay_on_the_thread():
+    slow, plain = ThreadRecorder(burn=0.02), ThreadRecorder()
+
+    async def main():
+        b = make(slow, inline_below_s=0.005, name="slow")
+        c = make(plain, name="plain")  # inline_below_s: 0 (the default)
+        for batcher in (b, c):
+            await batcher.start()
+            for i in range(4):
+                assert await batcher.submit([i], costs=[5]) == [("out", i)]
+            await batcher.stop()
+
+    run(main())
+    assert len(slow.threads) == len(plain.threads) == 4
+    assert all(t.startswith("infer-slow") for t in slow.threads)
+    assert all(t.startswith("infer-plain") for t in plain.threads)
+
+
+def test_a_failing_batch_on_the_loop_fails_only_its_requests():
+    rec = ThreadRecorder(fail_on=lambda items: "bad" in items)
+
+    async def main():
+        b = make(rec, inline_below_s=0.01)
+        await b.start()
+        assert await b.submit(["ok"], costs=[5]) == [("out", "ok")]  # measured on the thread
+        with pytest.raises(BackendFailure, match="injected fault"):
+            await b.submit(["bad"], costs=[5])  # on the loop now
+        assert await b.submit(["after"], costs=[5]) == [("out", "after")]
+        await b.stop()
+
+    run(main())
+    assert rec.threads[1:] == ["MainThread", "MainThread"]
+
+
+def test_a_batch_that_waits_on_the_loop_sends_its_size_back_to_the_thread():
+    """A batch function that waits rather than computes (a device, a sleep) looks quick by its thread's CPU time;
+    the one batch of its size that then held the loop too long sends that size back to the thread for good."""
+    sleeper = ThreadRecorder(delay=0.05)
+
+    async def main():
+        b = make(sleeper, inline_below_s=0.002, name="waits")
+        await b.start()
+        for i in range(5):
+            assert await b.submit([i], costs=[5]) == [("out", i)]
+        await b.stop()
+
+    run(main())
+    assert sleeper.threads[1] == "MainThread"  # tried once on the loop: 50 ms > 10 × 2 ms
+    assert sleeper.threads[0].startswith("infer-waits") and all(t.startswith("infer-waits") for t in sleeper.threads[2:])
