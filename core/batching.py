@@ -103,7 +103,8 @@ class Batcher:
         #: seconds a batch ran (its thread's CPU time), by its padded tokens' size class (their bit length):
         #: a running average
         self._run_s: dict[int, float] = {}
-        self._held_too_long: set[int] = set()
+        #: batches of a size class that held the loop far too long (see ``HELD_TOO_LONG``)
+        self._strikes: dict[int, int] = {}
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_size = max_batch_size
         self.max_queue_items = max_queue_items
@@ -325,24 +326,34 @@ class Batcher:
         return results, time.thread_time() - started
 
     #: a batch that held the event loop this many times ``inline_below_s`` (its thread's CPU time said it would
-    #: be quick, but it waited: on a device, a sleep, I/O) keeps its size class on the thread from then on
+    #: be quick, but it waited: on a device, a sleep, I/O; or the machine gave its core away) is a strike
+    #: against its size class, which runs on the thread until its average is under the limit again; after
+    #: ``STRIKES`` of them, for good
     HELD_TOO_LONG = 10
+    STRIKES = 3
 
     def _inline(self, padded_tokens: int) -> bool:
         """Run on the event loop: batches of this size have run in under ``inline_below_s`` on average (a size
         class not yet seen runs on the thread first)."""
         size = padded_tokens.bit_length()
         expected = self._run_s.get(size)
-        return expected is not None and expected < self.inline_below_s and size not in self._held_too_long
+        return (expected is not None and expected < self.inline_below_s
+                and self._strikes.get(size, 0) < self.STRIKES)
 
     def _learn(self, padded_tokens: int, seconds: float, *, inline_seconds: float | None = None) -> None:
+        """Average in a batch's run: its thread's CPU time on the thread, the time it held the loop on the loop."""
         if self.inline_below_s <= 0:
             return
         size = padded_tokens.bit_length()
-        if inline_seconds is not None and inline_seconds > self.HELD_TOO_LONG * self.inline_below_s:
-            self._held_too_long.add(size)
-            log.info("model %s: a batch of %d padded tokens held the event loop %.1f ms; batches of its size "
-                     "run on the inference thread from now on", self.name, padded_tokens, inline_seconds * 1000)
+        if inline_seconds is not None:
+            seconds = max(seconds, inline_seconds)
+            if inline_seconds > self.HELD_TOO_LONG * self.inline_below_s:
+                self._strikes[size] = strikes = self._strikes.get(size, 0) + 1
+                if strikes == self.STRIKES:
+                    log.info("model %s: batches of %d padded tokens held the event loop over %.0f ms %d times (the "
+                             "last %.1f ms); batches of their size run on the inference thread from now on", self.name,
+                             padded_tokens, self.HELD_TOO_LONG * self.inline_below_s * 1000, strikes,
+                             inline_seconds * 1000)
         before = self._run_s.get(size)
         self._run_s[size] = seconds if before is None else before + self.RUN_AVERAGE_WEIGHT * (seconds - before)
 

@@ -498,17 +498,19 @@ def test_a_failing_batch_on_the_loop_fails_only_its_requests():
 
 
 def test_a_batch_that_waits_on_the_loop_sends_its_size_back_to_the_thread():
-    """A batch function that waits rather than computes (a device, a sleep) looks quick by its thread's CPU time;
-    the one batch of its size that then held the loop too long sends that size back to the thread for good."""
-    sleeper = ThreadRecorder(delay=0.05)
+    """A batch function that waits rather than computes (a device, a sleep) looks quick by its thread's CPU time.
+    A batch of its size that then held the loop far too long sends that size back to the thread until its
+    average is under the limit again; the third time, for good (one such run may be the machine's doing)."""
+    sleeper = ThreadRecorder(delay=0.03)
 
     async def main():
         b = make(sleeper, inline_below_s=0.002, name="waits")
         await b.start()
-        for i in range(5):
+        for i in range(60):
             assert await b.submit([i], costs=[5]) == [("out", i)]
         await b.stop()
 
     run(main())
-    assert sleeper.threads[1] == "MainThread"  # tried once on the loop: 50 ms > 10 × 2 ms
-    assert sleeper.threads[0].startswith("infer-waits") and all(t.startswith("infer-waits") for t in sleeper.threads[2:])
+    on_loop = [i for i, t in enumerate(sleeper.threads) if t == "MainThread"]
+    assert len(on_loop) == 3 and on_loop[0] == 1, on_loop  # 30 ms > 10 × 2 ms, three times, then never again
+    assert all(t.startswith("infer-waits") for i, t in enumerate(sleeper.threads) if i not in on_loop)
