@@ -24,9 +24,11 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Iterable
 
+from core.devices import is_device_list
+
 #: at most this many front ends from ``auto`` (beyond it the executors' queues, not the hosts, limit)
 MAX_AUTO = 8
-#: front ends under ``auto`` when a model names several devices (executors are needed; one front end would be
+#: front ends under ``auto`` when a model's device is served by executors (several devices, or one ``cpu:N``; one front end would be
 #: the supervised layout's least)
 MIN_WITH_EXECUTORS = 2
 #: cores per front end under ``auto`` (one for the event loop, one for its tokenizer threads)
@@ -77,11 +79,11 @@ def plan_frontends(setting: int | str, devices: Iterable[str], cpus: int | None 
     cpus = cpus if cpus is not None else len(os.sched_getaffinity(0))
     devices = [str(d) for d in devices]
     accelerators = [d for d in device_names(devices) if is_accelerator(d)]
-    listed = [d for d in devices if "," in d or "*" in d]
-    if listed:  # a model on several devices runs in executors, which only a server with front ends has
+    listed = [d for d in devices if is_device_list(d)]
+    if listed:  # a model on several devices (or on one cpu:N) runs in executors, which only a server with front ends has
         count = max(MIN_WITH_EXECUTORS, min(MAX_AUTO, max(0, cpus - len(device_names(devices))) // CORES_PER_FRONTEND))
-        return FrontendPlan(count, f"auto: a model names several devices ({listed[0]}): one executor process each, "
-                                   f"which need front ends; {count} for {cpus} cores (one per {CORES_PER_FRONTEND} "
+        return FrontendPlan(count, f"auto: a model's device ({listed[0]}) is served by executor processes, one per "
+                                   f"device, which need front ends; {count} for {cpus} cores (one per {CORES_PER_FRONTEND} "
                                    f"cores beside the executors, at least {MIN_WITH_EXECUTORS}, at most {MAX_AUTO})")
     if not accelerators:
         return FrontendPlan(1, f"auto: CPU only, so one process: the models' own threads use all {cpus} cores, "
