@@ -17,7 +17,7 @@ from benchmarks.lambda_runtime import RuntimeAPI, RuntimeProcess, mapped_files
 from tests.adapters.conftest import LAMBDA_HANDLER, int8_spec
 from tests.adapters.contract import MODEL
 from tests.adapters.events import function_url_event, http_api_event
-from tests.support.server import ROOT
+from tests.support.server import ROOT, socket_inodes
 
 TASK_ROOT = LAMBDA_HANDLER.parent
 INIT_TIMEOUT = 120.0
@@ -156,14 +156,7 @@ def test_the_fallback_encoder_follows_the_runtime_clients_rule(monkeypatch):
 def _sockets(pid: int) -> dict[str, list]:
     """The process's open sockets: the remote port of each TCP one, the path of each Unix one ("" for an
     unnamed pair), and any other kind by inode."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
+    inodes = socket_inodes(pid)
     tcp = []
     for table in ("tcp", "tcp6"):
         for line in open(f"/proc/{pid}/net/{table}").read().splitlines()[1:]:

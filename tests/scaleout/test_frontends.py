@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from core.supervisor import SPREADS_CONNECTIONS
 from tests.scaleout.conftest import (children_of, frontend_of, group_members, proc_stat, supervised_server,
                                      wait_gone)
-from tests.support.server import free_port, wait_for
+from tests.support.server import free_port, socket_inodes, wait_for
 
 REQUESTS = 1000
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
@@ -231,18 +231,6 @@ def _listening_sockets(port: int) -> set[str]:
     return found
 
 
-def _sockets_of(pid: int) -> set[str]:
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    return inodes
-
-
 def test_each_front_end_listens_on_a_socket_of_its_own(one_model):
     """Connections are spread by the kernel, not by a race: on one shared listening socket the front end whose
     loop woke first took most of a pool's connections (of 64: 62, 60, 58, 55, 47, 44, 40 in seven pools of the
@@ -256,7 +244,7 @@ def test_each_front_end_listens_on_a_socket_of_its_own(one_model):
 
         def one_socket_each() -> None:
             listening = _listening_sockets(port)
-            held = {i: _sockets_of(pid) & listening for i, pid in server.frontend_pids().items()}
+            held = {i: socket_inodes(pid) & listening for i, pid in server.frontend_pids().items()}
             assert len(listening) == 2 and all(len(h) == 1 for h in held.values()) and held[0] != held[1], (
                 listening, held)
 

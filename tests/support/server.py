@@ -15,7 +15,7 @@ import httpx
 from benchmarks.loopback import free_port
 
 __all__ = ["ROOT", "environ_without_settings", "free_port", "inflight_requests", "running_process",
-           "running_server", "uvicorn_command", "wait_for"]
+           "running_server", "socket_inodes", "uvicorn_command", "wait_for"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,3 +110,16 @@ def send_one_huge_header(sock) -> int:
     except (BrokenPipeError, ConnectionResetError):
         pass
     return sent
+
+
+def socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets process ``pid`` holds open (``/proc/PID/fd``: ``socket:[INODE]``)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    return inodes
