@@ -374,8 +374,8 @@ class Settings(BaseSettings):
         default="auto", description="HTTP front-end processes of `python -m core serve` and SageMaker's `serve` "
         "(they share the port; docs/architecture.md#processes): a number ≥ 1, or auto: 1 on a CPU-only server "
         "(the models' own threads need the cores), with accelerators one per 2 cores their executors leave, at "
-        "most 8, and at least 2 when a model's device is served by executors (several devices, or one cpu:N). 1: one process, as `uvicorn core.dev:app` "
-        "always is")
+        "most 8, and at least 2 when a model's device is served by executors (several devices, or one cpu:N). "
+        "1: one process, as `uvicorn core.dev:app` always is")
     # media input (image/audio embeddings; see core/media.py)
     media_max_bytes: int = Field(default=10 * 1024 * 1024, gt=0, description="bytes per image/audio input")
     media_max_pixels: int = Field(default=25_000_000, gt=0, description="pixels per image (width x height)")

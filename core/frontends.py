@@ -80,7 +80,8 @@ def plan_frontends(setting: int | str, devices: Iterable[str], cpus: int | None 
     devices = [str(d) for d in devices]
     accelerators = [d for d in device_names(devices) if is_accelerator(d)]
     listed = [d for d in devices if is_device_list(d)]
-    if listed:  # a model on several devices (or on one cpu:N) runs in executors, which only a server with front ends has
+    # a model on several devices (or on one cpu:N) runs in executors, which only a server with front ends has
+    if listed:
         count = max(MIN_WITH_EXECUTORS, min(MAX_AUTO, max(0, cpus - len(device_names(devices))) // CORES_PER_FRONTEND))
         return FrontendPlan(count, f"auto: a model's device ({listed[0]}) is served by executor processes, one per "
                                    f"device, which need front ends; {count} for {cpus} cores (one per {CORES_PER_FRONTEND} "

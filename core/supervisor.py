@@ -116,8 +116,8 @@ class Listeners:
     Why not one shared socket everywhere: the front end whose loop wakes first accepts every connection waiting
     on it, so clients that connect together (a pool opening its connections at start) land mostly on one front
     end (measured: 40 to 62 of 64 connections on one of two front ends, in seven starts), and the others sit
-    nearly idle for as long as the connections live. In a group the kernel picks a socket per new connection by a hash of
-    its addresses.
+    nearly idle for as long as the connections live. In a group the kernel picks a socket per new connection
+    by a hash of its addresses.
 
     The port is probed once, at once, without ``SO_REUSEPORT`` (a taken port, another server's group
     included, fails the start before any model loads: ``StartupFailed``), and the ``count`` sockets are bound
