@@ -94,7 +94,12 @@ def expand_devices(device: str, environ: Mapping[str, str], root: Path = Path("/
     return out
 
 
+def is_accelerator(device: str) -> bool:
+    """Not the CPU (``cpu``, ``cpu:N``): a GPU, a Neuron core."""
+    return not device.startswith("cpu")
+
+
 def runtime_device(device: str) -> str:
     """What a backend is given for one device of a list: ``cpu:N`` → ``cpu`` (every CPU executor serves on the
     CPU), ``cuda:N`` as is."""
-    return "cpu" if device.split(":")[0] == "cpu" else device
+    return device if is_accelerator(device) else "cpu"

@@ -14,7 +14,7 @@ from core.backends.base import Backend
 from core.backends.registry import Choice, choose, create_backend
 from core.batching import Batcher, BatchStats
 from core.config import ModelSpec, Settings
-from core.devices import is_device_list
+from core.devices import is_accelerator, is_device_list
 from core.errors import BackendFailure, ConfigError, ModelNotFound, NotReady, OutOfMemory, StartupFailed, TesseraError, TooLarge, Unsupported
 from core.hub import resolve_source
 from core.loading import detect_task, read_model_info
@@ -61,7 +61,7 @@ class Engine:
             retry_after_s=settings.retry_after_s,
             workers=backend.lanes,
             # on an accelerator a batch lasts as long as the device takes, which the event loop must not wait for
-            inline_below_s=spec.inline_batch_ms / 1000 if spec.device.split(":")[0] == "cpu" else 0.0,
+            inline_below_s=0.0 if is_accelerator(spec.device) else spec.inline_batch_ms / 1000,
             name=self.name,
             on_batch=self._on_batch,
             on_error=self._on_error,

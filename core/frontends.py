@@ -24,12 +24,12 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Iterable
 
-from core.devices import is_device_list
+from core.devices import is_accelerator, is_device_list
 
 #: at most this many front ends from ``auto`` (beyond it the executors' queues, not the hosts, limit)
 MAX_AUTO = 8
-#: front ends under ``auto`` when a model's device is served by executors (several devices, or one ``cpu:N``; one front end would be
-#: the supervised layout's least)
+#: front ends under ``auto`` when a model's device is served by executors (several devices, or one ``cpu:N``;
+#: one front end would be the supervised layout's least)
 MIN_WITH_EXECUTORS = 2
 #: cores per front end under ``auto`` (one for the event loop, one for its tokenizer threads)
 CORES_PER_FRONTEND = 2
@@ -65,10 +65,6 @@ def device_names(devices: Iterable[str]) -> list[str]:
     return list(seen)
 
 
-def is_accelerator(device: str) -> bool:
-    return not device.startswith("cpu")
-
-
 def plan_frontends(setting: int | str, devices: Iterable[str], cpus: int | None = None) -> FrontendPlan:
     """The front ends for the setting ``frontends`` (a number or ``auto``), the models' devices and ``cpus``
     usable cores (default: this process's affinity)."""
@@ -84,8 +80,9 @@ def plan_frontends(setting: int | str, devices: Iterable[str], cpus: int | None 
     if listed:
         count = max(MIN_WITH_EXECUTORS, min(MAX_AUTO, max(0, cpus - len(device_names(devices))) // CORES_PER_FRONTEND))
         return FrontendPlan(count, f"auto: a model's device ({listed[0]}) is served by executor processes, one per "
-                                   f"device, which need front ends; {count} for {cpus} cores (one per {CORES_PER_FRONTEND} "
-                                   f"cores beside the executors, at least {MIN_WITH_EXECUTORS}, at most {MAX_AUTO})")
+                                   f"device, which need front ends; {count} for {cpus} cores (one per "
+                                   f"{CORES_PER_FRONTEND} cores beside the executors, at least {MIN_WITH_EXECUTORS}, "
+                                   f"at most {MAX_AUTO})")
     if not accelerators:
         return FrontendPlan(1, f"auto: CPU only, so one process: the models' own threads use all {cpus} cores, "
                                f"and a second front end measured no faster, a one-text request dearer "

@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from core.config import Settings
-from core.devices import expand_devices, runtime_device
+from core.devices import expand_devices, is_accelerator, runtime_device
 from core.errors import ConfigError, StartupFailed
 from core.executor.rundir import executor_socket, new_run_dir, new_shm_prefix, remove_run, write_address
-from core.frontends import is_accelerator
 
 log = logging.getLogger(__name__)
 
