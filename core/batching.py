@@ -345,8 +345,8 @@ class Batcher:
         if self.inline_below_s <= 0:
             return
         size = padded_tokens.bit_length()
-        if inline_seconds is not None:
-            seconds = max(seconds, inline_seconds)
+        if inline_seconds is not None:  # what it held the loop for (never less than its CPU time)
+            seconds = inline_seconds
             if inline_seconds > self.HELD_TOO_LONG * self.inline_below_s:
                 self._strikes[size] = strikes = self._strikes.get(size, 0) + 1
                 if strikes == self.STRIKES:
