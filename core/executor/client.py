@@ -31,6 +31,7 @@ from core.engine import UNHEALTHY_AFTER, Engine, Registry
 from core.errors import BackendFailure, NotReady, StartupFailed, TesseraError
 from core.executor import wire
 from core.tokenization import set_parallelism
+from core.executor.rundir import ADDRESS_FILE
 from core.executor.shm import Allocator, Segment
 from core.loading import read_model_info
 from core.metrics import Metrics
@@ -427,7 +428,7 @@ class RemoteEngine(Engine):
 
 
 def read_address(address: str) -> dict:
-    path = Path(address) / "executors.json"
+    path = Path(address) / ADDRESS_FILE
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as exc:

@@ -102,12 +102,12 @@ def test_stop_drains_and_leaves_nothing_behind(minilm_onnx_dir):
 def test_cpu_executors_share_the_threads(minilm_onnx_dir):
     """Two CPU executors on a 2-thread setting get one thread each (so one ONNX lane each); a single CPU executor
     keeps both (two lanes); a model's own ``threads`` wins."""
-    import json
+    from core.executor.client import read_address
 
     spec = {"path": minilm_onnx_dir, "name": "emb", "backend": "onnx"}
 
     def lanes(executors):
-        described = json.loads((Path(executors.address) / "executors.json").read_text())["executors"]
+        described = read_address(executors.address)["executors"]
         return {device: entry["models"]["emb"]["backend"]["lanes"] for device, entry in described.items()}
 
     two = ExecutorSet.start(Settings(models=[ModelSpec(**spec, device="cpu:0,cpu:1")], threads=2))
