@@ -100,7 +100,7 @@ def test_ctrl_c_during_the_first_start_export_stops_without_a_traceback(command,
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "core", *argv], cwd=ROOT,
                                 env=_env(TESSERA_CACHE_DIR=str(tmp_path / "cache")), stdout=out,
-                                stderr=subprocess.STDOUT)
+                                stderr=subprocess.STDOUT, preexec_fn=_ctrl_c_as_from_a_terminal)
         try:
             _wait_for(lambda: "exporting the encoder head" in log.read_text() or proc.poll() is not None, 240)
             assert proc.poll() is None, log.read_text()
@@ -113,6 +113,12 @@ def test_ctrl_c_during_the_first_start_export_stops_without_a_traceback(command,
     assert code == 130, text
     assert "Traceback" not in text and "KeyboardInterrupt" not in text
     assert text.rstrip().splitlines()[-1] == f"tessera: stopped while {doing} models (Ctrl-C)"
+
+
+def _ctrl_c_as_from_a_terminal() -> None:
+    """SIGINT at its default, as a terminal's Ctrl-C finds it: a shell that starts the tests in the background
+    (``scripts/test &``) has them ignore SIGINT, which their children inherit and Python keeps."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _log(port: int, name: str) -> str:
