@@ -42,6 +42,8 @@ def summarize(raw: Path, top: int = 12) -> dict:
     hot: collections.Counter = collections.Counter()
     for line in raw.read_text(errors="replace").splitlines():  # a frame name may hold bytes that are not UTF-8
         stack, _, count = line.rpartition(" ")
+        if not count.isdigit():  # a frame name py-spy read with a newline in it: the sample's line is split
+            continue
         frames = stack.split(";")
         name = frames[0].split(":", 1)[-1].strip() if frames else "?"
         leaf, n = frames[-1], int(count)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import signal
 import threading
@@ -54,6 +55,14 @@ log = logging.getLogger("tessera")
 OPEN_PATHS = frozenset({"/health", "/ready"})
 #: routes that are not work: no in-flight cap, still answered while draining
 SERVICE_PATHS = frozenset({"/health", "/ready", "/metrics"})
+
+#: FastAPI ≥ 0.16x opens its own OpenTelemetry span, metrics and log records per request once a provider is
+#: configured, and checks the providers on every request even when none is: the trace is Tracing's
+#: (core.api.observability) and the metrics are Tessera's own, so FastAPI's are turned off where it has them
+_NATIVE_TELEMETRY_OFF = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {}
+)
 
 
 def error_response(exc: TesseraError) -> Response:
@@ -267,6 +276,7 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
         default_response_class=Response,
         docs_url=None,  # served offline instead (core.api.docs_ui)
         redoc_url=None,
+        **_NATIVE_TELEMETRY_OFF,
     )
     add_offline_docs(app, app.title)
     app.state.settings = settings

@@ -158,6 +158,43 @@ def test_off_without_an_endpoint_imports_no_sdk_and_adds_no_middleware():
     assert "LOADED []" in out.stdout
 
 
+def test_a_global_tracer_provider_gets_no_spans_or_metrics_from_fastapi_itself():
+    """A process whose OpenTelemetry is set up globally (``opentelemetry-instrument``, a host app): the server's
+    trace is Tessera's own (``Tracing``, under OTEL_EXPORTER_OTLP_ENDPOINT); FastAPI's native telemetry (newer
+    FastAPI) would add a second SERVER span and its own metrics to every request, and is off."""
+    out = _python("""
+        import asyncio
+        import httpx
+        from opentelemetry import metrics, trace
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        spans, reader = InMemorySpanExporter(), InMemoryMetricReader()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(spans))
+        trace.set_tracer_provider(provider)
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+        from core.api.app import create_app
+        from core.config import Settings
+        async def main():
+            app = create_app(Settings())
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                for path in ("/health", "/v1/models", "/no-such-route"):
+                    print(path, (await client.get(path)).status_code)
+        asyncio.run(main())
+        data = reader.get_metrics_data()
+        names = [m.name for rm in (data.resource_metrics if data else []) for sm in rm.scope_metrics
+                 for m in sm.metrics]
+        print("SPANS", [s.name for s in spans.get_finished_spans()], "METRICS", names)
+    """, {})
+    assert out.returncode == 0, out.stderr
+    assert "/health 200" in out.stdout and "/no-such-route 404" in out.stdout, out.stdout
+    assert "SPANS [] METRICS []" in out.stdout, out.stdout
+
+
 def test_endpoint_without_the_extra_warns_and_stays_off():
     out = _python("""
         import logging, sys
