@@ -11,6 +11,7 @@ import datetime
 import json
 import logging
 import re
+import time
 from typing import Any
 
 from core import request_context
@@ -91,7 +92,20 @@ def escape_controls(text: str) -> str:
 
 class TextFormatter(logging.Formatter):
     """The text format, with a record's ``fields`` appended as ``key=value``. The message and every field
-    are written with their control characters escaped (:func:`escape_controls`); a traceback follows as is."""
+    are written with their control characters escaped (:func:`escape_controls`); a traceback follows as is.
+    The time is logging's own default format, its date and time of day formatted once per second."""
+
+    _stamp: tuple[int, str] = (-1, "")  # (the second, its formatted date and time)
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt is not None or not self.default_msec_format:
+            return super().formatTime(record, datefmt)
+        second, text = self._stamp
+        if second != int(record.created):
+            second = int(record.created)
+            text = time.strftime(self.default_time_format, self.converter(record.created))
+            self._stamp = (second, text)  # one assignment: a thread reads a matching pair
+        return self.default_msec_format % (text, record.msecs)
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         line = super().formatMessage(record)

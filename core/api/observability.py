@@ -105,6 +105,8 @@ class Observability:
 
     @staticmethod
     def _log(scope: Scope, path: str | None, record: RequestRecord, status: int, seconds: float) -> None:
+        if not access_log.isEnabledFor(logging.INFO):
+            return
         route = route_of(scope)
         fields = {
             "method": scope.get("method"), "route": route, "path": path,
@@ -116,7 +118,14 @@ class Observability:
             fields["error"] = record.error_code
         if record.cache_hits is not None:
             fields["cache_hits"], fields["cache_misses"] = record.cache_hits, record.cache_misses
-        access_log.info("%s %s %s", scope.get("method"), route, status or "-", extra={"fields": fields})
+        # logger.info's path, without its walk up the stack for the caller's file and line
+        access_log.handle(access_log.makeRecord(access_log.name, logging.INFO, __file__, _ACCESS_LINE, "%s %s %s",
+                                                (scope.get("method"), route, status or "-"), None, "_log",
+                                                {"fields": fields}))
+
+
+#: the line an access record names as its source (where ``_log`` starts)
+_ACCESS_LINE = Observability._log.__code__.co_firstlineno
 
 
 class Tracing:
