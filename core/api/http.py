@@ -79,21 +79,41 @@ async def wait_for_disconnect(receive: Receive) -> None:
         pass
 
 
+#: seconds a request's work runs before a watcher starts reading its receive channel for the client's leaving:
+#: work done sooner (most of it, on a server that keeps up) costs no watcher task at all
+WATCH_AFTER_S = 0.05
+
+
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
-    """Await ``work``; if the client disconnects first, cancel it (its queued items are then dropped)."""
+    """Await ``work`` (a task of its own); if the client disconnects first, cancel it (its queued items are then
+    dropped) and raise ``ClientClosed``. The watcher starts once the work has run ``WATCH_AFTER_S``."""
     task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(wait_for_disconnect(request.receive))
+    watcher: asyncio.Future | None = None
+    left = False
+
+    def on_disconnect(done: asyncio.Future) -> None:
+        nonlocal left
+        if not done.cancelled() and done.exception() is None and not task.done():
+            left = True
+            task.cancel()
+
+    def watch() -> None:
+        nonlocal watcher
+        if not task.done():
+            watcher = asyncio.ensure_future(wait_for_disconnect(request.receive))
+            watcher.add_done_callback(on_disconnect)
+
+    timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, watch)
     try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:  # the request itself is cancelled (shutdown gave up on it): so is its work
-        task.cancel()
-        raise
+        return await task  # the request's own cancellation (shutdown gave up on it) cancels the work with it
+    except asyncio.CancelledError:
+        if not left:
+            raise
+        raise ClientClosed("client disconnected") from None
     finally:
-        watcher.cancel()
-    if not task.done():
-        task.cancel()
-        raise ClientClosed("client disconnected")
-    return task.result()
+        timer.cancel()
+        if watcher is not None:
+            watcher.cancel()
 
 
 def answer(request: Request, served: Served, encode: Callable[[], Any]) -> Response:

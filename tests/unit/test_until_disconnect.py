@@ -1,5 +1,6 @@
-"""``core.api.http.until_disconnect``: the work runs in the request's task, a client that leaves cancels it
-(ClientClosed), a cancellation from elsewhere stays a cancellation, and nothing is left running after."""
+"""``core.api.http.until_disconnect``: a client that leaves cancels the work (ClientClosed), a cancellation from
+elsewhere stays a cancellation, work done before ``WATCH_AFTER_S`` costs no watcher, and nothing is left running
+after."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from core.api.http import until_disconnect
+from core.api.http import WATCH_AFTER_S, until_disconnect
 from core.errors import ClientClosed
 
 
@@ -36,6 +37,32 @@ def test_the_answer_when_the_client_stays():
         await asyncio.sleep(0)  # the watcher's cancellation is processed
         assert len(asyncio.all_tasks()) == before
         assert asyncio.current_task().cancelling() == 0
+
+    asyncio.run(main())
+
+
+def test_work_done_sooner_than_the_watch_delay_reads_nothing_from_the_client():
+    async def main():
+        reads = []
+
+        async def receive():
+            reads.append(1)
+            await asyncio.Event().wait()
+
+        async def work():
+            await asyncio.sleep(0)
+            return "quick"
+
+        assert await until_disconnect(SimpleNamespace(receive=receive), work()) == "quick"
+        await asyncio.sleep(WATCH_AFTER_S * 2)  # past the delay: no watcher starts after the answer either
+        assert reads == []
+
+        async def slow():
+            await asyncio.sleep(WATCH_AFTER_S * 3)
+            return "slow"
+
+        assert await until_disconnect(SimpleNamespace(receive=receive), slow()) == "slow"
+        assert reads == [1]  # a watcher read the channel while the slow work ran
 
     asyncio.run(main())
 
