@@ -8,6 +8,8 @@ runs in a fresh process; with ``--baseline DIR`` the same is measured from anoth
     # this checkout against the commit before a change
     git worktree add --detach /tmp/before HEAD~1
     python scripts/bench_app_inprocess.py --baseline /tmp/before --rounds 3
+    # 32 short texts per request instead of one
+    python scripts/bench_app_inprocess.py --baseline /tmp/before --rounds 5 --batch 32 --requests 3200
 
 Prints, per round and checkout, process CPU µs per request (every thread: the event loop, tokenization,
 the inference threads) and requests/s, then the medians and the per-round ratios.
@@ -29,7 +31,16 @@ ROOT = Path(__file__).resolve().parents[1]
 BODY = {"model": "bench", "input": "a short text to embed here", "encoding_format": "base64"}
 
 
-async def measure(requests: int, concurrency: int, access_log: bool) -> dict:
+def body_for(batch: int) -> dict:
+    """One text (the default request), or ``batch`` of the benchmarks' short texts (~13 tokens each)."""
+    if batch == 1:
+        return BODY
+    from benchmarks.texts import make_texts
+
+    return {**BODY, "input": make_texts("short", batch)}
+
+
+async def measure(requests: int, concurrency: int, access_log: bool, batch: int = 1) -> dict:
     """In the child: the app of this checkout (``sys.path[0]``), its lifespan run, then ``requests`` calls."""
     from core.api.app import create_app
     from core.config import settings_from_env
@@ -39,7 +50,7 @@ async def measure(requests: int, concurrency: int, access_log: bool) -> dict:
     if access_log:
         configure_logging(settings.log_level, fmt=settings.log_format)
     app = create_app(settings)
-    body = json.dumps(BODY).encode()
+    body = json.dumps(body_for(batch)).encode()
     life_in: asyncio.Queue = asyncio.Queue()
     life_out: asyncio.Queue = asyncio.Queue()
     await life_in.put({"type": "lifespan.startup"})
@@ -98,6 +109,7 @@ def run_child(root: Path, folder: Path, args) -> dict:
     if not args.access_log:
         env["TESSERA_ACCESS_LOG"] = "false"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--requests", str(args.requests),
+           "--batch", str(args.batch),
            "--concurrency", str(args.concurrency)] + (["--access-log"] if args.access_log else [])
     out = subprocess.run(cmd, cwd=root, env=env, check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                          text=True, timeout=600)
@@ -109,13 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", type=Path, help="another checkout of Tessera, measured interleaved")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--requests", type=int, default=6400, help="requests per measurement")
+    p.add_argument("--batch", type=int, default=1, help="texts per request (1, or that many short texts)")
     p.add_argument("--concurrency", type=int, default=64, help="closed-loop callers")
     p.add_argument("--access-log", action="store_true",
                    help="write the access log (to the child's stderr, discarded); off by default")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        print(json.dumps(asyncio.run(measure(args.requests, args.concurrency, args.access_log))))
+        print(json.dumps(asyncio.run(measure(args.requests, args.concurrency, args.access_log, args.batch))))
         return 0
     sys.path.insert(0, str(ROOT))
     from benchmarks.host_cpu import model_folder
@@ -127,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, root in sides.items():
             cell = run_child(root, folder, args)
             cells[name].append(cell)
-            print(f"round {r} {name:8s}: {cell['us_cpu_per_request']:.0f} µs CPU per request, "
+            per_text = f" ({cell['us_cpu_per_request'] / args.batch:.1f} per text)" if args.batch > 1 else ""
+            print(f"round {r} {name:8s}: {cell['us_cpu_per_request']:.0f} µs CPU per request{per_text}, "
                   f"{cell['requests_per_s']:.0f} requests/s", flush=True)
     for name, cs in cells.items():
         print(f"median {name:8s}: {statistics.median(c['us_cpu_per_request'] for c in cs):.0f} µs CPU per request")
