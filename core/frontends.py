@@ -74,11 +74,12 @@ def plan_frontends(setting: int | str, devices: Iterable[str], cpus: int | None 
         return FrontendPlan(count, f"frontends={count} was set: {what}")
     cpus = cpus if cpus is not None else len(os.sched_getaffinity(0))
     devices = [str(d) for d in devices]
-    accelerators = [d for d in device_names(devices) if is_accelerator(d)]
+    names = device_names(devices)
+    accelerators = [d for d in names if is_accelerator(d)]
     listed = [d for d in devices if is_device_list(d)]
     # a model on several devices (or on one cpu:N) runs in executors, which only a server with front ends has
     if listed:
-        count = max(MIN_WITH_EXECUTORS, min(MAX_AUTO, max(0, cpus - len(device_names(devices))) // CORES_PER_FRONTEND))
+        count = max(MIN_WITH_EXECUTORS, min(MAX_AUTO, max(0, cpus - len(names)) // CORES_PER_FRONTEND))
         return FrontendPlan(count, f"auto: a model's device ({listed[0]}) is served by executor processes, one per "
                                    f"device, which need front ends; {count} for {cpus} cores (one per "
                                    f"{CORES_PER_FRONTEND} cores beside the executors, at least {MIN_WITH_EXECUTORS}, "
