@@ -30,13 +30,13 @@ from core.config import ModelSpec, Settings
 from core.engine import UNHEALTHY_AFTER, Engine, Registry
 from core.errors import BackendFailure, NotReady, StartupFailed, TesseraError
 from core.executor import wire
-from core.tokenization import set_parallelism
 from core.executor.rundir import ADDRESS_FILE
 from core.executor.shm import Allocator, Segment
 from core.loading import read_model_info
 from core.metrics import Metrics
 from core.tasks import create_task
 from core.tasks.chunking import check_default as check_chunking_default
+from core.tokenization import set_parallelism
 from core.tracing import NO_TRACER, NoTracer, OtelTracer
 
 log = logging.getLogger(__name__)
