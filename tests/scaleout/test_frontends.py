@@ -363,10 +363,17 @@ def test_a_killed_executor_fails_its_requests_then_is_restarted(one_model):
             if a.status_code != 200:
                 assert a.status_code in (500, 503), a.text
                 assert "executor cpu:0" in a.json()["error"]["message"], a.text
-        # not ready while it is down (whichever front end answers), ready again once it was restarted
-        statuses = []
-        wait_for(lambda: statuses.append(httpx.get(server.base + "/ready", timeout=30).status_code) or
-                 statuses[-1] == 200, "/ready 200 again", 300)
+        # each front end answers /ready 200 again once its link reached the restarted executor (each reconnects
+        # on its own: one may be back a moment before the other, so wait for both)
+        ready = set()
+
+        def both_ready() -> bool:
+            resp = httpx.get(server.base + "/ready", timeout=30)
+            if resp.status_code == 200:
+                ready.add(frontend_of(resp))
+            return ready == {0, 1}
+
+        wait_for(both_ready, "/ready 200 again from both front ends", 300)
         assert f"executor cpu:0 (pid {executor}) exited with signal 9" in server.log()
         assert server.executor_pids()["cpu:0"] != executor and "executors restarted: cpu:0" in server.log()
         seen = set()
