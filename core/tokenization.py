@@ -296,17 +296,16 @@ class Piece:
 
 
 def pad_batch(items: Sequence[Encoded], pad_id: int, multiple_of: int = 1) -> dict[str, np.ndarray]:
-    """Right-pad to the batch's own longest item (rounded up to ``multiple_of``)."""
-    longest = max(item.cost for item in items)
+    """Right-pad to the batch's own longest item (rounded up to ``multiple_of``). The tokens go in with one
+    masked assignment per array (the rows' tokens concatenated fill the mask's places in row order)."""
+    n = len(items)
+    lengths = np.fromiter((item.ids.shape[0] for item in items), dtype=np.int64, count=n)
+    longest = int(lengths.max())
     if multiple_of > 1:
         longest = -(-longest // multiple_of) * multiple_of
-    n = len(items)
+    mask = np.arange(longest)[None, :] < lengths[:, None]
     input_ids = np.full((n, longest), pad_id, dtype=np.int64)
+    input_ids[mask] = np.concatenate([item.ids for item in items])
     type_ids = np.zeros((n, longest), dtype=np.int64)
-    mask = np.zeros((n, longest), dtype=np.int64)
-    for row, item in enumerate(items):
-        k = item.cost
-        input_ids[row, :k] = item.ids
-        type_ids[row, :k] = item.type_ids
-        mask[row, :k] = 1
-    return {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": type_ids}
+    type_ids[mask] = np.concatenate([item.type_ids for item in items])
+    return {"input_ids": input_ids, "attention_mask": mask.astype(np.int64), "token_type_ids": type_ids}

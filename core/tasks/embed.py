@@ -259,10 +259,10 @@ class EmbedTask(TextTask):
     def postprocess(self, outputs: Mapping[str, np.ndarray], items: Sequence[Encoded]) -> list[np.ndarray]:
         hidden = outputs["last_hidden_state"]
         lengths = np.fromiter((it.cost for it in items), dtype=np.int64, count=len(items))
-        mask = (np.arange(hidden.shape[1])[None, :] < lengths[:, None]).astype(np.int64)
+        mask = np.arange(hidden.shape[1])[None, :] < lengths[:, None]
         if any(it.pool_from for it in items):  # prompt tokens left out of pooling (include_prompt: false)
             starts = np.fromiter((it.pool_from for it in items), dtype=np.int64, count=len(items))
-            mask &= (np.arange(hidden.shape[1])[None, :] >= starts[:, None]).astype(np.int64)
+            mask &= np.arange(hidden.shape[1])[None, :] >= starts[:, None]
         pooled = pool(hidden, mask, self.pipeline.pooling).astype(np.float32, copy=False)
         for step in self.steps:  # Dense modules (and a Normalize between them), in module order
             pooled = l2_normalize(pooled) if step == "normalize" else step(pooled)

@@ -8,8 +8,15 @@ import numpy as np
 from core.errors import InvalidInput
 
 
+def _masked_sum(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Σ over tokens of ``hidden`` (batch, seq, dim) weighted by ``mask`` (batch, seq): one pass, as a
+    (1 × seq) · (seq × dim) product per row for float32/float64 (no (batch, seq, dim) temporary)."""
+    if hidden.dtype in (np.float32, np.float64):
+        return np.matmul(mask.astype(hidden.dtype)[:, None, :], hidden)[:, 0, :]
+    return (hidden * mask[:, :, None].astype(hidden.dtype)).sum(axis=1)
+
+
 def _pool_one(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
-    m = mask[:, :, None].astype(hidden.dtype)
     rows = np.arange(hidden.shape[0])
     if mode == "cls":  # the first pooled token (not position 0 when a prompt is left out of pooling)
         return hidden[rows, mask.argmax(axis=1)]
@@ -17,12 +24,12 @@ def _pool_one(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
         last = hidden.shape[1] - 1 - mask[:, ::-1].argmax(axis=1)
         return hidden[rows, last] * mask[rows, last][:, None].astype(hidden.dtype)
     if mode == "max":
-        return np.where(m > 0, hidden, np.float32(-1e9)).max(axis=1)
+        return np.where(mask[:, :, None] > 0, hidden, np.float32(-1e9)).max(axis=1)
     if mode == "weightedmean":  # weights 1, 2, … by position from the first token (right padding)
-        w = m * np.arange(1, hidden.shape[1] + 1, dtype=hidden.dtype)[None, :, None]
-        return (hidden * w).sum(axis=1) / np.maximum(w.sum(axis=1), 1e-9)
-    counts = np.maximum(m.sum(axis=1), 1e-9)
-    summed = (hidden * m).sum(axis=1)
+        w = mask.astype(hidden.dtype) * np.arange(1, hidden.shape[1] + 1, dtype=hidden.dtype)[None, :]
+        return _masked_sum(hidden, w) / np.maximum(w.sum(axis=1, keepdims=True), 1e-9)
+    counts = np.maximum(mask.sum(axis=1, keepdims=True).astype(hidden.dtype), 1e-9)
+    summed = _masked_sum(hidden, mask)
     if mode == "mean":
         return summed / counts
     if mode == "mean_sqrt_len_tokens":
