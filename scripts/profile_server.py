@@ -6,6 +6,8 @@ the runtime (ONNX Runtime's ``Session.run``), in Python work, and waiting, and t
     python scripts/profile_server.py --dtype float32 --texts short --batch 32 --concurrency 64 --seconds 8
     # the serving layer alone, one text per request
     python scripts/profile_server.py --model near-free --batch 1
+    # only the thread holding the interpreter lock: what serializes the Python work, by thread and frame
+    python scripts/profile_server.py --model near-free --batch 32 --gil
 
 Needs py-spy (``pip install py-spy``; in the ``bench`` extra) and permission to ptrace the server (root or
 ``kernel.yama.ptrace_scope=0``). The raw samples are kept with ``--raw FILE`` (flamegraph.pl reads them).
@@ -78,6 +80,9 @@ def main() -> int:
     p.add_argument("--option", action="append", default=[], metavar="KEY=JSON", help="model-spec option")
     p.add_argument("--port", type=int, default=8790)
     p.add_argument("--raw", type=Path, help="keep py-spy's raw samples here")
+    p.add_argument("--gil", action="store_true",
+                   help="sample only the thread holding the interpreter lock: the Python work that runs one "
+                        "thread at a time, whichever thread does it (the samples column is then its split)")
     args = p.parse_args()
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(pyspy).exists():
@@ -109,7 +114,7 @@ def main() -> int:
         loader.start()
         time.sleep(2)
         subprocess.run([pyspy, "record", "-p", str(proc.pid), "-d", str(int(args.seconds)), "-r", "100",
-                        "-f", "raw", "-o", str(raw), "--threads", "--nonblocking"],
+                        "-f", "raw", "-o", str(raw), "--threads", "--nonblocking", *(["--gil"] if args.gil else [])],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         loader.join()
     finally:
@@ -118,9 +123,12 @@ def main() -> int:
     print(f"load: {args.texts} × {args.batch} per request, {args.concurrency} clients, {args.dtype} {spec}: "
           f"{result.get('emb/s', 0):.0f} emb/s, server CPU {result.get('server cpu %') or 0:.0f}%, "
           f"errors {result.get('errors')}")
-    print("\n| thread | in runtime % | Python % | waiting (or in the loop's C code) % | samples |\n|---|---|---|---|---|")
+    total = sum(s["samples"] for s in summary["threads"].values()) or 1
+    print("\n| thread | in runtime % | Python % | waiting (or in the loop's C code) % | samples | share of all samples % |"
+          "\n|---|---|---|---|---|---|")
     for name, s in sorted(summary["threads"].items(), key=lambda kv: -kv[1]["samples"]):
-        print(f"| {name} | {s['runtime']} | {s['python']} | {s['waiting']} | {s['samples']} |")
+        print(f"| {name} | {s['runtime']} | {s['python']} | {s['waiting']} | {s['samples']} "
+              f"| {100 * s['samples'] / total:.1f} |")
     print("\nhottest Python frames (share of Python samples):")
     for frame, share in summary["hot_python_frames"]:
         print(f"  {share:5.1f}%  {frame}")
