@@ -308,18 +308,17 @@ def pad_batch(items: Sequence[Encoded], pad_id: int, multiple_of: int = 1) -> di
     longest = max(lengths)
     if multiple_of > 1:
         longest = -(-longest // multiple_of) * multiple_of
+    input_ids = np.full((n, longest), pad_id, dtype=np.int64)
+    type_ids = np.zeros((n, longest), dtype=np.int64)
     if n < PAD_ROWS_VECTORIZED:
-        input_ids = np.full((n, longest), pad_id, dtype=np.int64)
-        type_ids = np.zeros((n, longest), dtype=np.int64)
         attention = np.zeros((n, longest), dtype=np.int64)
         for row, (item, k) in enumerate(zip(items, lengths)):
             input_ids[row, :k] = item.ids
             type_ids[row, :k] = item.type_ids
             attention[row, :k] = 1
-        return {"input_ids": input_ids, "attention_mask": attention, "token_type_ids": type_ids}
-    mask = np.arange(longest)[None, :] < np.array(lengths)[:, None]
-    input_ids = np.full((n, longest), pad_id, dtype=np.int64)
-    input_ids[mask] = np.concatenate([item.ids for item in items])
-    type_ids = np.zeros((n, longest), dtype=np.int64)
-    type_ids[mask] = np.concatenate([item.type_ids for item in items])
-    return {"input_ids": input_ids, "attention_mask": mask.astype(np.int64), "token_type_ids": type_ids}
+    else:
+        mask = np.arange(longest)[None, :] < np.array(lengths)[:, None]
+        input_ids[mask] = np.concatenate([item.ids for item in items])
+        type_ids[mask] = np.concatenate([item.type_ids for item in items])
+        attention = mask.astype(np.int64)
+    return {"input_ids": input_ids, "attention_mask": attention, "token_type_ids": type_ids}
