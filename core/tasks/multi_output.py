@@ -128,7 +128,7 @@ class MultiOutputTask(TextTask):
     def postprocess(self, outputs: Mapping[str, np.ndarray], items: Sequence[M3Item]) -> list[M3Output]:
         hidden = outputs["last_hidden_state"]
         lengths = np.fromiter((it.cost for it in items), dtype=np.int64, count=len(items))
-        mask = (np.arange(hidden.shape[1])[None, :] < lengths[:, None]).astype(np.int64)
+        mask = np.arange(hidden.shape[1])[None, :] < lengths[:, None]
         results = [M3Output() for _ in items]
         pooled_rows = [i for i, it in enumerate(items) if it.want == "pooled"]
         if pooled_rows:
