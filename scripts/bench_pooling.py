@@ -46,7 +46,7 @@ def measure() -> list[dict]:
         width = pad_batch(items, 0)["input_ids"].shape[1]
         hidden = rng.standard_normal((n, width, dim)).astype(np.float32)
         lengths = np.fromiter((item.cost for item in items), dtype=np.int64, count=n)
-        mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
+        mask = np.arange(width)[None, :] < lengths[:, None]  # as the embedding task builds it
         number = max(20, 4000 // n)
 
         def best(fn) -> float:
