@@ -204,18 +204,27 @@ class Batcher:
             req.trace, req.enqueued_ns = self._tracer.context(), time.time_ns()
         self._queue.extend(_Slot(req, i, item, int(c), group) for i, (item, c) in enumerate(zip(items, costs)))
         self._wakeup.set()
+        # one timer that fails the request at its deadline (asyncio.wait_for would add a future of its own, two
+        # callbacks and a cancellation round trip: ~3 µs more per request)
+        timer = None if deadline is None else loop.call_later(max(deadline - now, 0.0), self._expire, req)
         try:
-            if deadline is None:
-                return await req.future
-            return await asyncio.wait_for(req.future, max(deadline - time.monotonic(), 0.0))
-        except asyncio.TimeoutError:
-            req.cancelled = True
-            self._forget(req)
-            raise Timeout("the request's deadline passed before it was served") from None
+            return await req.future
         except asyncio.CancelledError:
             req.cancelled = True  # caller went away (client disconnect): drop its queued work
             self._forget(req)
             raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    def _expire(self, req: _Request) -> None:
+        """The request's deadline passed before it was served: it fails with ``Timeout`` (504), and its items
+        still queued stop counting (they are dropped when the queue's head reaches them)."""
+        if req.future.done():
+            return
+        req.cancelled = True
+        self._forget(req)
+        req.future.set_exception(Timeout("the request's deadline passed before it was served"))
 
     # loop ------------------------------------------------------------------------------------
     async def _loop(self) -> None:
