@@ -3,7 +3,9 @@
 ``fmt="text"`` (the default) writes ``time level logger: message``; ``fmt="json"`` writes every line as
 one JSON object (:class:`JsonFormatter`), uvicorn's own loggers included. Lines logged while a request
 is in progress carry its ``request_id``; the access line (logger ``tessera.access``, one per request)
-carries its fields in the record's ``fields`` (see ``core.api.observability``)."""
+carries its fields in the record's ``fields`` (see ``core.api.observability``). Where nothing but this module's
+own handler listens (:func:`sole_handler`), the access line is written as that handler would write its record,
+without making one (``line`` of each formatter)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ import datetime
 import json
 import logging
 import re
+import sys
 import time
+import traceback
 from typing import Any
 
 from core import request_context
@@ -41,11 +45,11 @@ def configure_logging(level: str = "info", *, fmt: str = "text") -> None:
         root.setLevel(level_number(level))
         return
     if fmt == "json":
-        handler = logging.StreamHandler()
+        handler = OwnHandler()
         handler.setFormatter(JsonFormatter())
         logging.basicConfig(level=_level(level), handlers=[handler], force=True)
     else:
-        handler = logging.StreamHandler()
+        handler = OwnHandler()
         handler.setFormatter(TextFormatter(TEXT_FORMAT))
         logging.basicConfig(level=_level(level), handlers=[handler])  # as before: a configured root is kept
     _take_over_uvicorn()
@@ -100,19 +104,32 @@ class TextFormatter(logging.Formatter):
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         if datefmt is not None or not self.default_msec_format:
             return super().formatTime(record, datefmt)
+        return self._time(record.created, record.msecs)
+
+    def _time(self, created: float, msecs: float) -> str:
         second, text = self._stamp
-        if second != int(record.created):
-            second = int(record.created)
-            text = time.strftime(self.default_time_format, self.converter(record.created))
+        if second != int(created):
+            second = int(created)
+            text = time.strftime(self.default_time_format, self.converter(created))
             self._stamp = (second, text)  # one assignment: a thread reads a matching pair
-        return self.default_msec_format % (text, record.msecs)
+        return self.default_msec_format % (text, msecs)
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        line = super().formatMessage(record)
-        fields = getattr(record, "fields", None)
+        return self._with_fields(super().formatMessage(record), getattr(record, "fields", None))
+
+    @staticmethod
+    def _with_fields(line: str, fields: dict[str, Any] | None) -> str:
         if fields:
             line += " " + " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
         return escape_controls(line)
+
+    def line(self, created: float, level: int, name: str, message: str, fields: dict[str, Any]) -> str | None:
+        """What :meth:`format` writes for a record of these values without an exception (None: this
+        formatter was given a format or date format of its own, which only a record goes through)."""
+        if self._fmt != TEXT_FORMAT or self.datefmt is not None or not self.default_msec_format:
+            return None
+        when = self._time(created, _msecs(created))
+        return self._with_fields(f"{when} {logging.getLevelName(level)} {name}: {message}", fields)
 
 
 class JsonFormatter(logging.Formatter):
@@ -120,21 +137,78 @@ class JsonFormatter(logging.Formatter):
     current request's ``request_id``, a record's ``fields``, and ``exception`` (its traceback)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "time": datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc).isoformat(
-                timespec="milliseconds").replace("+00:00", "Z"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        request_id = request_context.request_id()
-        if request_id is not None:
-            entry["request_id"] = request_id
-        fields = getattr(record, "fields", None)
-        if fields:
-            entry.update(fields)
+        entry = self._entry(record.created, record.levelname, record.name, record.getMessage(),
+                            getattr(record, "fields", None))
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         if record.stack_info:
             entry["stack"] = self.formatStack(record.stack_info)
         return json.dumps(entry, default=str, ensure_ascii=False)
+
+    @staticmethod
+    def _entry(created: float, levelname: str, name: str, message: str, fields: dict[str, Any] | None) -> dict:
+        entry: dict[str, Any] = {
+            "time": datetime.datetime.fromtimestamp(created, datetime.timezone.utc).isoformat(
+                timespec="milliseconds").replace("+00:00", "Z"),
+            "level": levelname.lower(),
+            "logger": name,
+            "message": message,
+        }
+        request_id = request_context.request_id()
+        if request_id is not None:
+            entry["request_id"] = request_id
+        if fields:
+            entry.update(fields)
+        return entry
+
+    def line(self, created: float, level: int, name: str, message: str, fields: dict[str, Any]) -> str:
+        """What :meth:`format` writes for a record of these values without an exception."""
+        return json.dumps(self._entry(created, logging.getLevelName(level), name, message, fields), default=str,
+                          ensure_ascii=False)
+
+
+def _msecs(created: float) -> float:
+    """A record's ``msecs`` for its ``created`` time, as ``logging.LogRecord`` works it out."""
+    return int((created - int(created)) * 1000) + 0.0
+
+
+class OwnHandler(logging.StreamHandler):
+    """The handler :func:`configure_logging` installs (a ``StreamHandler`` to standard error); marked so
+    that :func:`sole_handler` can tell it from anyone else's."""
+
+    def write_line(self, line: str) -> None:
+        """``line`` written as :meth:`emit` writes a formatted record."""
+        try:
+            with self.lock:
+                self.stream.write(line + self.terminator)
+                self.flush()
+        except RecursionError:
+            raise
+        except Exception:  # noqa: BLE001 - as logging's own emit: a log line never fails the request
+            if logging.raiseExceptions:
+                traceback.print_exc(file=sys.stderr)
+
+
+def sole_handler(logger: logging.Logger, level: int) -> OwnHandler | None:
+    """The handler of :func:`configure_logging` when a record of ``logger`` at ``level`` would reach it and
+    nothing else: no other handler, filter or record factory anywhere on its way (then its line can be
+    written without a ``LogRecord``: ``Formatter.line``, the hot path of the access log). None otherwise,
+    e.g. while a test's log capture or an exporter's handler listens."""
+    if logging.getLogRecordFactory() is not logging.LogRecord:
+        return None
+    node: logging.Logger | None = logger
+    while node is not None:
+        if node.filters or node.disabled:
+            return None
+        if node.handlers:
+            if node.parent is not None or len(node.handlers) != 1:
+                return None  # a handler below the root, or a second one on it
+            handler = node.handlers[0]
+            if (type(handler) is not OwnHandler or handler.filters or level < handler.level
+                    or type(handler.formatter) not in (TextFormatter, JsonFormatter)):
+                return None
+            return handler
+        if not node.propagate:
+            return None
+        node = node.parent
+    return None

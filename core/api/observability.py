@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core import request_context
 from core.api.warm_pass import is_warm_pass
+from core.logs import sole_handler
 from core.metrics import Metrics
 from core.request_context import RequestRecord
 
@@ -118,10 +119,18 @@ class Observability:
             fields["error"] = record.error_code
         if record.cache_hits is not None:
             fields["cache_hits"], fields["cache_misses"] = record.cache_hits, record.cache_misses
+        args = (scope.get("method"), route, status or "-")
+        # where only the server's own handler listens, the line it would write, without a LogRecord and the
+        # logging machinery's walk (~15% of a one-text request's CPU through the app)
+        handler = sole_handler(access_log, logging.INFO)
+        line = None if handler is None else handler.formatter.line(time.time(), logging.INFO, access_log.name,
+                                                                   "%s %s %s" % args, fields)
+        if line is not None:
+            handler.write_line(line)
+            return
         # logger.info's path, without its walk up the stack for the caller's file and line
         access_log.handle(access_log.makeRecord(access_log.name, logging.INFO, __file__, _ACCESS_LINE, "%s %s %s",
-                                                (scope.get("method"), route, status or "-"), None, "_log",
-                                                {"fields": fields}))
+                                                args, None, "_log", {"fields": fields}))
 
 
 #: the line an access record names as its source (where ``_log`` starts)

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import logging
+import time
 
-from core.logs import TEXT_FORMAT, TextFormatter
+import pytest
+
+from core.api.observability import Observability, access_log
+from core.logs import TEXT_FORMAT, JsonFormatter, OwnHandler, TextFormatter, sole_handler
+from core.request_context import RequestRecord
 
 
 def _record(created: float) -> logging.LogRecord:
@@ -25,3 +31,74 @@ def test_a_date_format_of_its_own_is_used_as_given():
     ours = TextFormatter(TEXT_FORMAT, datefmt="%H:%M:%S")
     record = _record(1_765_000_000.25)
     assert ours.formatTime(record, "%H:%M:%S") == logging.Formatter(TEXT_FORMAT).formatTime(record, "%H:%M:%S")
+
+
+# ---- the access line written without a LogRecord ------------------------------------------------------------
+
+class _PlainRecord(logging.LogRecord):
+    """A record factory of someone else's: the access line then takes logging's own path."""
+
+
+@pytest.fixture
+def own_handler_only(monkeypatch):
+    """A function that leaves the root logger with nothing but a handler of ``configure_logging``'s kind, writing
+    to a buffer, at a fixed time (called in the test itself: pytest adds its log capture to the root's handlers
+    when the test starts, and takes it away after)."""
+    root = logging.getLogger()
+    level = root.level
+
+    def only() -> tuple[OwnHandler, io.StringIO]:
+        stream = io.StringIO()
+        handler = OwnHandler(stream)
+        monkeypatch.setattr(root, "handlers", [handler])
+        root.setLevel(logging.INFO)
+        monkeypatch.setattr(time, "time", lambda: 1_765_000_000.0421)
+        return handler, stream
+
+    yield only
+    root.setLevel(level)
+
+
+def _access_line(stream: io.StringIO) -> str:
+    scope = {"method": "POST", "path": "/v1/embeddings\r\nforged", "route": None}
+    record = RequestRecord("0123abcd", model="bench", inputs=3, tokens=41, error_code=None, cache_hits=1, cache_misses=2)
+    Observability._log(scope, scope["path"], record, 200, 0.01234)
+    line = stream.getvalue()
+    stream.seek(0)
+    stream.truncate()
+    return line
+
+
+@pytest.mark.parametrize("formatter", [TextFormatter(TEXT_FORMAT), JsonFormatter()], ids=["text", "json"])
+def test_the_access_line_written_directly_is_the_line_its_record_gives(own_handler_only, formatter, monkeypatch):
+    handler, stream = own_handler_only()
+    handler.setFormatter(formatter)
+    assert sole_handler(access_log, logging.INFO) is handler
+    direct = _access_line(stream)
+    monkeypatch.setattr(logging, "_logRecordFactory", _PlainRecord)  # logging.setLogRecordFactory, undone after
+    assert sole_handler(access_log, logging.INFO) is None
+    through_logging = _access_line(stream)
+    assert direct == through_logging
+    assert direct.count("\n") == 1 and "forged" in direct and "\r" not in direct  # one line, its controls escaped
+    assert "cache_hits" in direct and "0123abcd" in direct
+
+
+def test_the_access_line_takes_loggings_path_while_anyone_else_listens(own_handler_only, caplog):
+    handler, stream = own_handler_only()
+    handler.setFormatter(TextFormatter(TEXT_FORMAT))
+    assert sole_handler(access_log, logging.INFO) is handler
+    logging.getLogger().addHandler(caplog.handler)  # a second handler on the root: a capture, an exporter
+    try:
+        assert sole_handler(access_log, logging.INFO) is None
+        caplog.clear()
+        line = _access_line(stream)
+        assert [r.getMessage() for r in caplog.records if r.name == "tessera.access"] == ["POST unmatched 200"]
+        assert line.startswith("2025-12-0") and line.rstrip().endswith("cache_misses=2")
+    finally:
+        logging.getLogger().removeHandler(caplog.handler)
+    for blocker in (logging.Filter("nobody"),):
+        access_log.addFilter(blocker)
+        try:
+            assert sole_handler(access_log, logging.INFO) is None
+        finally:
+            access_log.removeFilter(blocker)
