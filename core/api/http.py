@@ -43,7 +43,7 @@ def deadline_for(request: Request, serving: ServingContext) -> float:
     """The request's deadline: the server's timeout, shortened by an ``X-Request-Timeout`` header (seconds) and
     by the time the platform still gives the request (``create_app(time_left=...)``: Lambda's invocation)."""
     timeout = serving.settings.request_timeout_s
-    header = request.headers.get(TIMEOUT_HEADER)
+    header = _header(request.scope, _TIMEOUT_NAME)
     if header is not None:
         try:
             asked = float(header)
@@ -57,6 +57,18 @@ def deadline_for(request: Request, serving: ServingContext) -> float:
     if left is not None:
         timeout = min(timeout, max(left, 0.001))
     return time.monotonic() + timeout
+
+
+_TIMEOUT_NAME = TIMEOUT_HEADER.encode("latin-1")
+
+
+def _header(scope, name: bytes) -> str | None:
+    """A request header's value, read from the scope as Starlette's ``Headers`` reads it (names arrive lowercased),
+    without making that object and its failed lookups' exceptions on every request."""
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return value.decode("latin-1")
+    return None
 
 
 async def read_json_object(request: Request) -> dict[str, Any]:
