@@ -1,14 +1,13 @@
 """Admission at the edge of the app, before any work: the request body must arrive in time, and on
-shutdown unfinished requests get an answer in the error shape.
+shutdown unfinished requests get an answer in the error shape. The gate (``core.api.gate``) runs both.
 
 - :class:`BodyReader` reads the whole body first, within ``request_body_timeout_s`` (then 408) and
   ``max_request_bytes`` (then 413), and only then lets the request in. A client that announces a body
   and sends it slowly holds a socket, never an in-flight slot that legitimate requests need.
-- :class:`Drainer` knows the requests in progress. When the shutdown grace runs out, it cancels those
-  still unanswered and answers each 503 with ``Retry-After`` (the server's own last resort would send a
-  plain-text 500), so a client can retry elsewhere. ``give_up`` is scheduled by the SIGTERM handler.
+- :class:`InProgress` knows the requests in progress. When the shutdown grace runs out, it cancels those
+  still unanswered and the gate answers each 503 with ``Retry-After`` (the server's own last resort would send
+  a plain-text 500), so a client can retry elsewhere. ``give_up`` is scheduled by the SIGTERM handler.
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -16,10 +15,10 @@ import re
 from typing import Any
 
 import orjson
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from core.api.common import dumps
-from core.errors import InvalidInput, NotReady, RequestTimeout, TesseraError, TooLarge
+from core.errors import InvalidInput, RequestTimeout, TesseraError, TooLarge
 from core.request_context import note_error
 
 
@@ -87,20 +86,21 @@ class JsonShape:
 
 
 class BodyReader:
-    def __init__(self, app: ASGIApp, *, max_bytes: int, timeout_s: float, shape: JsonShape | None = None) -> None:
-        self.app = app
+    """A request's whole body, read before it takes anything else (the gate's second step, ``core.api.gate``)."""
+
+    def __init__(self, *, max_bytes: int, timeout_s: float, shape: JsonShape | None = None) -> None:
         self.max_bytes = max_bytes
         self.timeout_s = timeout_s
         self.shape = shape
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def read(self, scope: Scope, receive: Receive, send: Send) -> tuple[Scope, Receive] | None:
+        """The request to go on with, its body read: the scope (a JSON body sent as a form is JSON) and a
+        receive channel that gives the body again, then the client's own messages. None: the request was
+        answered here (408, 413), or its client left before its body arrived."""
         declared = next((v for k, v in scope.get("headers", ()) if k == b"content-length"), None)
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await send_error(send, self._too_large(), close=True)  # refused before a byte is read
-            return
+            return None
         chunks: list[bytes] = []
         size = 0
         more = True
@@ -131,21 +131,21 @@ class BodyReader:
             await send_error(send, RequestTimeout(
                 f"the request body did not arrive within {self.timeout_s:g}s (request_body_timeout_s)"),
                 close=True)
-            return
+            return None
         finally:
             timer.cancel()
         if too_large:
             await send_error(send, self._too_large(), close=True)
-            return
+            return None
         if disconnected:
-            return  # nobody is left to answer
+            return None  # nobody is left to answer
         body = b"".join(chunks)
         if self.shape is not None and self.shape.could_exceed(body):
             refusal = await asyncio.to_thread(self.shape.problem, body)
             if refusal is not None:
                 await send_error(send, refusal)
-                return
-        await self.app(_json_if_sent_as_form(scope, body), replay_body(body, receive), send)
+                return None
+        return _json_if_sent_as_form(scope, body), replay_body(body, receive)
 
     def _too_large(self) -> TooLarge:
         return TooLarge(f"request body exceeds {self.max_bytes} bytes", code="body_too_large")
@@ -198,50 +198,28 @@ def replay_body(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
+class Progress:
+    """How far a request's answer has got: started (its headers sent) and with which status."""
+
+    __slots__ = ("started", "status")
+
+    def __init__(self) -> None:
+        self.started = False
+        self.status = 0
+
+
 class InProgress:
-    """The requests in progress (their tasks), for :class:`Drainer` and the shutdown that gives up."""
+    """The requests in progress (their tasks), for the gate (``core.api.gate``) and the shutdown that gives up."""
 
     def __init__(self, *, retry_after_s: float) -> None:
         self.retry_after_s = retry_after_s
         self.giving_up = False
-        self.active: dict[asyncio.Task, list[bool]] = {}  # request task → [response started]
+        self.active: dict[asyncio.Task, Progress] = {}  # request task → how far its answer has got
 
     def give_up(self) -> int:
         """Cancel every request still without a response (each then answers 503). Returns how many."""
         self.giving_up = True
-        pending = [t for t, started in self.active.items() if not started[0] and not t.done()]
+        pending = [t for t, progress in self.active.items() if not progress.started and not t.done()]
         for t in pending:
             t.cancel()
         return len(pending)
-
-
-class Drainer:
-    def __init__(self, app: ASGIApp, *, in_progress: InProgress) -> None:
-        self.app = app
-        self.in_progress = in_progress
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        task = asyncio.current_task()
-        started = [False]
-        active = self.in_progress.active
-        active[task] = started
-
-        async def tracked(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                started[0] = True
-            await send(message)
-
-        try:
-            await self.app(scope, receive, tracked)
-        except asyncio.CancelledError:
-            if not self.in_progress.giving_up or started[0]:
-                raise
-            task.uncancel()  # our own cancellation: answer instead of dying
-            await send_error(send, NotReady("server is shutting down and the grace period ran out; retry on "
-                                            "another instance", retry_after=self.in_progress.retry_after_s),
-                             close=True)
-        finally:
-            active.pop(task, None)

@@ -8,28 +8,26 @@ import logging
 import signal
 import threading
 import time
-from contextlib import asynccontextmanager, contextmanager
-from typing import Callable, Iterable, Iterator
+from contextlib import asynccontextmanager
+from typing import Callable, Iterable
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
-from core.api.common import dumps
-from core.api.keys import ApiKeys
-from core.api.admission import BodyReader, Drainer, InProgress, JsonShape
+from core.api.admission import BodyReader, InProgress, JsonShape
 from core.api.cors import Cors
-from core.api.docs_ui import DOC_PATHS, add_offline_docs
-from core.api.guard import UnhandledErrors
+from core.api.docs_ui import add_offline_docs
+from core.api.gate import Gate, error_response
 from core.api.hot_routes import HotRoutes
 from core.api.observability import Observability, Tracing
-from core.api.paths import Prefixes, route_path
+from core.api.paths import Prefixes
 from core.api.features import router
 from core.api.response_limit import ResponseLimit
-from core.api.warm_pass import WarmRequest, is_warm_pass, registry_requests, warm_app
+from core.api.warm_pass import WarmRequest, registry_requests, warm_app
 from core.config import Settings
 from core.engine import Registry
 from core.errors import (
@@ -37,24 +35,14 @@ from core.errors import (
     InvalidInput,
     MethodNotAllowed,
     NotFound,
-    NotReady,
-    Overloaded,
     TesseraError,
-    Unauthorized,
     ValidationFailed,
 )
 from core.metrics import Metrics
-from core.request_context import note_error, note_rejection
 from core.serving import ServingContext
 from core.tracing import NO_TRACER, NoTracer, OtelTracer
 
 log = logging.getLogger("tessera")
-
-#: routes reachable without an API key: the probes (a platform's health check sends none); /metrics and the
-#: documentation follow ``metrics_public`` / ``docs_public``
-OPEN_PATHS = frozenset({"/health", "/ready"})
-#: routes that are not work: no in-flight cap, still answered while draining
-SERVICE_PATHS = frozenset({"/health", "/ready", "/metrics"})
 
 #: FastAPI ≥ 0.16x opens its own OpenTelemetry span, metrics and log records per request once a provider is
 #: configured, and checks the providers on every request even when none is: the trace is Tracing's
@@ -63,11 +51,6 @@ _NATIVE_TELEMETRY_OFF = (
     {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
     if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {}
 )
-
-
-def error_response(exc: TesseraError) -> Response:
-    note_error(exc.code)
-    return Response(dumps(exc.body()), status_code=exc.status, media_type="application/json", headers=exc.headers())
 
 
 def _validation_error(exc: RequestValidationError, content_type: str | None = None) -> TesseraError:
@@ -99,95 +82,6 @@ def body_parse_error(cause: BaseException) -> InvalidInput:
     else:
         reason = str(cause)[:200]
     return InvalidInput(f"request body is not valid JSON: {reason}", code="invalid_json")
-
-
-class InflightLimit:
-    """Admission of API work: refused while the server drains (SIGTERM) and past the in-flight cap."""
-
-    def __init__(self, settings: Settings, metrics: Metrics, state):
-        self.max_inflight = settings.max_inflight_requests
-        self.retry_after = settings.retry_after_s
-        self.metrics = metrics
-        self.state = state  # app.state: .draining is set on SIGTERM
-        self.inflight = 0
-
-    def refusal(self) -> TesseraError | None:
-        if self.state.draining:
-            note_rejection("draining")
-            return NotReady("server is shutting down; retry on another instance")
-        if self.inflight >= self.max_inflight:
-            note_rejection("inflight_limit")
-            return Overloaded(f"{self.inflight} requests in progress (limit {self.max_inflight}); retry later",
-                              retry_after=self.retry_after)
-        return None
-
-    @contextmanager
-    def held(self) -> Iterator[None]:
-        """One in-flight slot for the duration (a request; or one record of a JSON Lines mini-batch, which
-        runs as a request of its own inside the one that carried it)."""
-        self.inflight += 1
-        self.metrics.inflight.inc()
-        try:
-            yield
-        finally:
-            self.inflight -= 1
-            self.metrics.inflight.dec()
-
-    async def run(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
-        with self.held():
-            await app(scope, receive, send)
-
-
-class Gate:
-    """Pure-ASGI middleware in front of the routes, cheap on the hot path: the API key (``ApiKeys``; the
-    start-up warm pass, marked in its scope by an object only this process holds, needs none), then
-    admission (``InflightLimit``: draining, the in-flight cap) for all but the service paths, and one
-    request-metrics observation per request. (The body's size and arrival time are bounded before it,
-    by ``core.api.admission.BodyReader``.)"""
-
-    def __init__(self, app: ASGIApp, *, settings: Settings, metrics: Metrics, state,
-                 health_paths: frozenset[str] = frozenset()):
-        self.app = app
-        self.keys = ApiKeys(settings.all_api_keys())
-        self.open_paths = (OPEN_PATHS | health_paths | ({"/metrics"} if settings.metrics_public else set())
-                           | (DOC_PATHS if settings.docs_public else set()))
-        self.service_paths = SERVICE_PATHS | health_paths
-        self.admission = InflightLimit(settings, metrics, state)
-        state.inflight_limit = self.admission  # what a request's inner requests are admitted by (JSON Lines)
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def send_wrapper(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            path = route_path(scope)
-            if (path not in self.open_paths and not self.keys.allow(scope.get("headers", ()))
-                    and not is_warm_pass(scope)):
-                await error_response(Unauthorized("missing or wrong API key (send 'Authorization: Bearer KEY')"))(
-                    scope, receive, send_wrapper
-                )
-                return
-            if path in self.service_paths:
-                await self.app(scope, receive, send_wrapper)
-                return
-            refusal = self.admission.refusal()
-            if refusal is not None:
-                await error_response(refusal)(scope, receive, send_wrapper)
-                return
-            await self.admission.run(self.app, scope, receive, send_wrapper)
-        finally:
-            route = scope.get("route")
-            self.metrics.observe_request(getattr(route, "path", "unmatched"), status, time.perf_counter() - started)
 
 
 def drain_on_sigterm(state, on_term: Callable[[], None] | None = None) -> Callable[[], None]:
@@ -309,15 +203,13 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
 
     # innermost: the plain JSON routes without FastAPI's routing, dependency and exception layers (the rest to them)
     app.add_middleware(HotRoutes, fastapi=app, router=router)
-    # the last guard (a bug, not bad input) answers inside Starlette's, which would drop the connection
-    app.add_middleware(UnhandledErrors)
-    app.add_middleware(Gate, settings=settings, metrics=metrics, state=app.state,
+    # in progress (drain), the whole body read, the API key and the in-flight cap, the last guard: one layer
+    # (core.api.gate; it answers a bug inside Starlette's last resort, which would drop the connection)
+    body = BodyReader(max_bytes=settings.max_request_bytes, timeout_s=settings.request_body_timeout_s,
+                      shape=JsonShape(max_items=settings.max_items_per_request,
+                                      max_tokens=settings.max_tokens_per_request))
+    app.add_middleware(Gate, settings=settings, metrics=metrics, state=app.state, in_progress=in_progress, body=body,
                        health_paths=frozenset(health_paths))
-    # outermost: a request takes an in-flight slot only once its whole body has arrived
-    app.add_middleware(BodyReader, max_bytes=settings.max_request_bytes, timeout_s=settings.request_body_timeout_s,
-                       shape=JsonShape(max_items=settings.max_items_per_request,
-                                       max_tokens=settings.max_tokens_per_request))
-    app.add_middleware(Drainer, in_progress=in_progress)
     # outside the admission: paths, CORS preflights (no API key), the trace, the request id on every answer
     if settings.root_path or settings.url_prefix:
         app.add_middleware(Prefixes, root_path=settings.root_path, url_prefix=settings.url_prefix)

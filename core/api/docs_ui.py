@@ -1,6 +1,6 @@
 """``/docs`` (Swagger UI) and ``/redoc`` served offline: their JavaScript, CSS and icon come from the app
 itself (the files the ``fastapi-offline`` package ships), not from a CDN, so the pages work on a machine
-without internet. Who may open them follows ``docs_public`` (see ``core.api.app.Gate``)."""
+without internet. Who may open them follows ``docs_public`` (see ``core.api.gate.Gate``)."""
 
 from __future__ import annotations
 
