@@ -3,7 +3,10 @@ starts fast). Truncation and padding are ours: the folder's tokenizer.json setti
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -62,6 +65,61 @@ def _fast(tokenizer):
     return getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
 
 
+#: plain text: printable ASCII, with or without tab, newline and carriage return (``ascii_twin``)
+PLAIN = re.compile(r"[\x20-\x7e]*")
+PLAIN_WITH_SPACES = re.compile(r"[\t\n\r\x20-\x7e]*")
+#: normalizers that leave printable ASCII as it is
+_KEEP_ASCII = frozenset({"NFC", "NFD", "NFKC", "NFKD", "StripAccents"})
+#: pre-tokenizers that split at a tab, newline or carriage return as at a space
+_SPLIT_AT_SPACES = frozenset({"BertPreTokenizer", "Whitespace", "WhitespaceSplit"})
+
+
+def _on_ascii(spec: dict) -> tuple[bool, bool] | None:
+    """What a normalizer (its tokenizer.json entry) does to plain text: (lowercases it, turns tab, newline and
+    carriage return into spaces), or None where it may do anything else (``Replace``, ``Precompiled``, ...)."""
+    kind = spec.get("type")
+    if kind == "BertNormalizer":  # accents, Chinese characters and control characters: none in plain text
+        return bool(spec.get("lowercase", True)), bool(spec.get("clean_text", True))
+    if kind == "Lowercase":
+        return True, False
+    if kind in _KEEP_ASCII:
+        return False, False
+    if kind == "Sequence":
+        lower = spaces = False
+        for part in spec.get("normalizers") or ():
+            effect = _on_ascii(part)
+            if effect is None:
+                return None
+            lower, spaces = lower or effect[0], spaces or effect[1]
+        return lower, spaces
+    return None
+
+
+def ascii_twin(tokenizer) -> tuple[bool, re.Pattern] | None:
+    """How a copy of ``tokenizer`` tokenizes plain texts to the same tokens for less work: (lowercase, the texts it
+    may take), or None where the tokenizer has no cheaper twin. The twin's normalizer is a bare ``Lowercase`` (or
+    none): ``BertNormalizer``'s per-character pass (accents, Chinese characters, control characters, with the
+    alignments it keeps) changes nothing in printable ASCII but its case, and it is half of a short text's
+    tokenization (17.5 against 11.7 µs a text, all-MiniLM-L6-v2's tokenizer, 47-character texts). Tab, newline
+    and carriage return are plain too where the normalizer keeps them, or where it makes them spaces and the
+    pre-tokenizer splits at them as at a space (no added token matched after normalization holds a space)."""
+    if tokenizer.normalizer is None:
+        return None
+    spec = json.loads(tokenizer.normalizer.__getstate__())
+    effect = _on_ascii(spec)
+    if effect is None or spec.get("type") == "Lowercase" or spec.get("type") in _KEEP_ASCII:
+        return None  # unknown, or as cheap as its twin would be
+    lower, spaces = effect
+    plain = PLAIN_WITH_SPACES
+    if spaces:
+        pre = json.loads(tokenizer.pre_tokenizer.__getstate__()) if tokenizer.pre_tokenizer is not None else {}
+        spaced = any(tok.normalized and any(c.isspace() for c in tok.content)
+                     for tok in tokenizer.get_added_tokens_decoder().values())
+        if pre.get("type") not in _SPLIT_AT_SPACES or spaced:
+            plain = PLAIN
+    return lower, plain
+
+
 def _guarded(encode, texts: Sequence[str], param: str, **kwargs):
     """Run a tokenizer call; if it refuses a text as not a string (a lone surrogate), say which (400)."""
     try:
@@ -75,34 +133,73 @@ def _guarded(encode, texts: Sequence[str], param: str, **kwargs):
 
 class TextTokenizer:
     def __init__(self, folder: Path, max_length: int):
-        from tokenizers import Tokenizer
-
         path = Path(folder) / "tokenizer.json"
         if not path.exists():
             raise InvalidInput(f"{folder} has no tokenizer.json (a fast tokenizer is required)")
         self.max_length = max_length
-        self._truncating = Tokenizer.from_file(str(path))
-        self._truncating.no_padding()
-        self._truncating.enable_truncation(max_length)
         self._path = path
+        self._truncating = self._made("right")
         # without truncation (long inputs refused or chunked, pairs, prompts, decoding) and truncating from
         # the start: made on first use, since a plain embedding request needs neither, and reading
         # tokenizer.json again costs start-up time (a Lambda cold start)
-        self._untruncated: Tokenizer | None = None
-        self._left: Tokenizer | None = None
+        self._untruncated = None
+        self._left = None
+        # the plain-text twins of the three (``ascii_twin``), made on first use, by truncation
+        self._twin_of = ascii_twin(self._truncating)
+        self._twins: dict[str, object] = {}
+        self._twins_lock = threading.Lock()
         self.vocab_size = self._truncating.get_vocab_size(with_added_tokens=True)
         self.pad_id = self._pad_id(folder)
+
+    def _made(self, truncation: str, lowercase: bool | None = None):
+        """A ``tokenizers.Tokenizer`` of the folder, unpadded, truncating from the ``right`` or ``left`` or not
+        at all (``full``); with ``lowercase`` set, the plain-text twin (its normalizer ``Lowercase`` or none)."""
+        from tokenizers import Tokenizer, normalizers
+
+        tokenizer = Tokenizer.from_file(str(self._path))
+        tokenizer.no_padding()
+        if truncation == "full":
+            tokenizer.no_truncation()
+        else:
+            tokenizer.enable_truncation(self.max_length, direction=truncation)
+        if lowercase is not None:
+            tokenizer.normalizer = normalizers.Lowercase() if lowercase else None
+        return tokenizer
 
     @property
     def _full(self):
         if self._untruncated is None:
-            from tokenizers import Tokenizer
-
-            full = Tokenizer.from_file(str(self._path))
-            full.no_padding()
-            full.no_truncation()
-            self._untruncated = full
+            self._untruncated = self._made("full")
         return self._untruncated
+
+    def _twin(self, truncation: str):
+        twin = self._twins.get(truncation)
+        if twin is None:
+            with self._twins_lock:
+                twin = self._twins.get(truncation)
+                if twin is None:
+                    twin = self._twins[truncation] = self._made(truncation, lowercase=self._twin_of[0])
+        return twin
+
+    def _encode(self, tokenizer, truncation: str, texts: list[str], param: str) -> list:
+        """``tokenizer``'s encodings of ``texts`` (no offsets); the plain ones through its twin where it has one."""
+        if self._twin_of is None:
+            return _guarded(_fast(tokenizer), texts, param)
+        plain = self._twin_of[1]
+        if plain.fullmatch("".join(texts)):  # every text plain (one pass over them all)
+            return _guarded(_fast(self._twin(truncation)), texts, param)
+        simple = [i for i, text in enumerate(texts) if plain.fullmatch(text)]
+        if not simple:
+            return _guarded(_fast(tokenizer), texts, param)
+        chosen = set(simple)
+        rest = [i for i in range(len(texts)) if i not in chosen]
+        out: list = [None] * len(texts)
+        for i, enc in zip(simple, _fast(self._twin(truncation))([texts[i] for i in simple])):
+            out[i] = enc
+        # a text that is not valid Unicode is among the rest: the error names its place in ``texts``
+        for i, enc in zip(rest, _guarded(lambda _: _fast(tokenizer)([texts[i] for i in rest]), texts, param)):
+            out[i] = enc
+        return out
 
     @property
     def untruncated(self):
@@ -128,11 +225,11 @@ class TextTokenizer:
         (unless ``check_length=False``: then it is returned whole); ``direction="left"`` keeps the end of
         an over-long text (the special tokens are added after the cut)."""
         if truncate and direction == "left":
-            encodings = _guarded(_fast(self._left_truncating()), list(texts), param)
+            encodings = self._encode(self._left_truncating(), "left", list(texts), param)
         elif truncate:
-            encodings = _guarded(_fast(self._truncating), list(texts), param)
+            encodings = self._encode(self._truncating, "right", list(texts), param)
         else:
-            encodings = _guarded(_fast(self._full), list(texts), param)
+            encodings = self._encode(self._full, "full", list(texts), param)
             for i, enc in enumerate(encodings if check_length else ()):
                 if len(enc.ids) > self.max_length:
                     raise TooLarge(
@@ -147,12 +244,7 @@ class TextTokenizer:
 
     def _left_truncating(self):
         if self._left is None:
-            from tokenizers import Tokenizer
-
-            left = Tokenizer.from_file(str(self._path))
-            left.no_padding()
-            left.enable_truncation(self.max_length, direction="left")
-            self._left = left
+            self._left = self._made("left")
         return self._left
 
     def from_ids(self, sequences: Sequence[Sequence[int]], *, truncate: bool = True) -> list[Encoded]:

@@ -22,7 +22,8 @@ class TokenizerWork:
 
 
 class _Counting:
-    """A ``tokenizers.Tokenizer`` that records the texts of each ``encode_batch`` and delegates the rest."""
+    """A ``tokenizers.Tokenizer`` that records the texts of each ``encode_batch`` (and ``encode_batch_fast``)
+    and delegates the rest."""
 
     def __init__(self, inner, work: TokenizerWork):
         self._inner = inner
@@ -32,6 +33,11 @@ class _Counting:
         texts = list(texts)
         self._work.texts.extend(t if isinstance(t, str) else "".join(t) for t in texts)
         return self._inner.encode_batch(texts, *args, **kwargs)
+
+    def encode_batch_fast(self, texts, *args, **kwargs):
+        texts = list(texts)
+        self._work.texts.extend(t if isinstance(t, str) else "".join(t) for t in texts)
+        return self._inner.encode_batch_fast(texts, *args, **kwargs)
 
     def encode(self, text, *args, **kwargs):
         self._work.texts.append(text)
@@ -46,11 +52,16 @@ def counting_tokenizer(tokenizer):
     """Within the block, count every text ``tokenizer`` (a ``TextTokenizer``) tokenizes; yields the
     :class:`TokenizerWork`. The real tokenizers do the work; they are put back afterwards."""
     work = TokenizerWork()
-    tokenizer.untruncated  # noqa: B018 (built on first use: build it now, so that it is counted)
+    tokenizer.untruncated  # noqa: B018 (built on first use: build them now, so that they are counted)
     tokenizer._left_truncating()
     saved = tokenizer._truncating, tokenizer._untruncated, tokenizer._left
+    twins = dict(tokenizer._twins)
+    if tokenizer._twin_of is not None:  # the plain-text twins (core.tokenization.ascii_twin)
+        tokenizer._twins.update({key: _Counting(tokenizer._twin(key), work) for key in ("right", "left", "full")})
     tokenizer._truncating, tokenizer._untruncated, tokenizer._left = (_Counting(t, work) for t in saved)
     try:
         yield work
     finally:
         tokenizer._truncating, tokenizer._untruncated, tokenizer._left = saved
+        tokenizer._twins.clear()
+        tokenizer._twins.update(twins)
