@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -65,9 +64,20 @@ def _fast(tokenizer):
     return getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
 
 
-#: plain text: printable ASCII, with or without tab, newline and carriage return (``ascii_twin``)
-PLAIN = re.compile(r"[\x20-\x7e]*")
-PLAIN_WITH_SPACES = re.compile(r"[\t\n\r\x20-\x7e]*")
+def is_plain(text: str) -> bool:
+    """Plain text for ``ascii_twin``: printable ASCII only. (``str.isascii`` reads a flag of the string, and
+    ``isprintable`` is one pass in C: a text that is not plain costs next to nothing to turn away.)"""
+    return text.isascii() and text.isprintable()
+
+
+_SPACES = str.maketrans("\t\n\r", "   ")
+
+
+def is_plain_with_spaces(text: str) -> bool:
+    """Plain text for ``ascii_twin`` where tab, newline and carriage return are plain too."""
+    return text.isascii() and (text.isprintable() or text.translate(_SPACES).isprintable())
+
+
 #: normalizers that leave printable ASCII as it is
 _KEEP_ASCII = frozenset({"NFC", "NFD", "NFKC", "NFKD", "StripAccents"})
 #: pre-tokenizers that split at a tab, newline or carriage return as at a space
@@ -95,9 +105,9 @@ def _on_ascii(spec: dict) -> tuple[bool, bool] | None:
     return None
 
 
-def ascii_twin(tokenizer) -> tuple[bool, re.Pattern] | None:
-    """How a copy of ``tokenizer`` tokenizes plain texts to the same tokens for less work: (lowercase, the texts it
-    may take), or None where the tokenizer has no cheaper twin. The twin's normalizer is a bare ``Lowercase`` (or
+def ascii_twin(tokenizer) -> tuple[bool, Callable[[str], bool]] | None:
+    """How a copy of ``tokenizer`` tokenizes plain texts to the same tokens for less work: (lowercase, which texts
+    it may take: ``is_plain`` or ``is_plain_with_spaces``), or None where the tokenizer has no cheaper twin. The twin's normalizer is a bare ``Lowercase`` (or
     none): ``BertNormalizer``'s per-character pass (accents, Chinese characters, control characters, with the
     alignments it keeps) changes nothing in printable ASCII but its case, and it is half of a short text's
     tokenization (17.5 against 11.7 µs a text, all-MiniLM-L6-v2's tokenizer, 47-character texts). Tab, newline
@@ -110,13 +120,13 @@ def ascii_twin(tokenizer) -> tuple[bool, re.Pattern] | None:
     if effect is None or spec.get("type") == "Lowercase" or spec.get("type") in _KEEP_ASCII:
         return None  # unknown, or as cheap as its twin would be
     lower, spaces = effect
-    plain = PLAIN_WITH_SPACES
+    plain = is_plain_with_spaces
     if spaces:
         pre = json.loads(tokenizer.pre_tokenizer.__getstate__()) if tokenizer.pre_tokenizer is not None else {}
         spaced = any(tok.normalized and any(c.isspace() for c in tok.content)
                      for tok in tokenizer.get_added_tokens_decoder().values())
         if pre.get("type") not in _SPLIT_AT_SPACES or spaced:
-            plain = PLAIN
+            plain = is_plain
     return lower, plain
 
 
@@ -132,7 +142,9 @@ def _guarded(encode, texts: Sequence[str], param: str, **kwargs):
 
 
 class TextTokenizer:
-    def __init__(self, folder: Path, max_length: int):
+    def __init__(self, folder: Path, max_length: int, *, twin: bool = True):
+        """``twin=False``: every text through the folder's own tokenizer (``ascii_twin``; a benchmark's
+        before)."""
         path = Path(folder) / "tokenizer.json"
         if not path.exists():
             raise InvalidInput(f"{folder} has no tokenizer.json (a fast tokenizer is required)")
@@ -145,7 +157,7 @@ class TextTokenizer:
         self._untruncated = None
         self._left = None
         # the plain-text twins of the three (``ascii_twin``), made on first use, by truncation
-        self._twin_of = ascii_twin(self._truncating)
+        self._twin_of = ascii_twin(self._truncating) if twin else None
         self._twins: dict[str, object] = {}
         self._twins_lock = threading.Lock()
         self.vocab_size = self._truncating.get_vocab_size(with_added_tokens=True)
@@ -186,9 +198,9 @@ class TextTokenizer:
         if self._twin_of is None:
             return _guarded(_fast(tokenizer), texts, param)
         plain = self._twin_of[1]
-        if plain.fullmatch("".join(texts)):  # every text plain (one pass over them all)
+        if plain("".join(texts)):  # every text plain (one pass over them all)
             return _guarded(_fast(self._twin(truncation)), texts, param)
-        simple = [i for i, text in enumerate(texts) if plain.fullmatch(text)]
+        simple = [i for i, text in enumerate(texts) if plain(text)]
         if not simple:
             return _guarded(_fast(tokenizer), texts, param)
         chosen = set(simple)

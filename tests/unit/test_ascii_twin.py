@@ -13,7 +13,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from core.errors import InvalidInput
-from core.tokenization import PLAIN, PLAIN_WITH_SPACES, TextTokenizer, ascii_twin
+from core.tokenization import TextTokenizer, ascii_twin, is_plain, is_plain_with_spaces
 
 MAX_LENGTH = 24
 
@@ -75,10 +75,10 @@ def test_the_twin_gives_the_folder_tokenizers_tokens(tmp_path, minilm_dir, name,
     folder = _folder(tmp_path, minilm_dir, normalizer, pre)
     tokenizer = TextTokenizer(folder, MAX_LENGTH)
     assert tokenizer._twin_of is not None, f"{name}: expected a plain-text twin"
-    expected_plain = PLAIN if pre is not None else PLAIN_WITH_SPACES  # Metaspace keeps a newline apart
+    expected_plain = is_plain if pre is not None else is_plain_with_spaces  # Metaspace keeps a newline apart
     assert tokenizer._twin_of[1] is expected_plain
     texts = _texts()
-    plain = [t for t in texts if expected_plain.fullmatch(t)]
+    plain = [t for t in texts if expected_plain(t)]
     assert 15 < len(plain) < len(texts), "the texts must mix plain and other ones"
     for truncate, direction, truncation in ((True, "right", "right"), (True, "left", "left"),
                                             (False, "right", "full")):
@@ -90,7 +90,7 @@ def test_the_twin_gives_the_folder_tokenizers_tokens(tmp_path, minilm_dir, name,
                   for t in texts]
         for got in (mixed, single):
             assert [(e.ids.tolist(), e.type_ids.tolist()) for e in got] == want, (name, truncation)
-        want_plain = [w for t, w in zip(texts, want) if expected_plain.fullmatch(t)]
+        want_plain = [w for t, w in zip(texts, want) if expected_plain(t)]
         assert [(e.ids.tolist(), e.type_ids.tolist()) for e in alone] == want_plain, (name, truncation)
     assert set(tokenizer._twins) == {"right", "left", "full"}, "the plain texts went through the twins"
 
@@ -119,7 +119,7 @@ def test_an_added_token_with_a_space_keeps_newlines_off_the_twin(tmp_path, minil
                                  "rstrip": False, "normalized": True, "special": False})
     (folder / "tokenizer.json").write_text(json.dumps(spec))
     tokenizer = TextTokenizer(folder, MAX_LENGTH)
-    assert tokenizer._twin_of[1] is PLAIN
+    assert tokenizer._twin_of[1] is is_plain
     texts = ["new\nyork", "new york", "New York city"]
     assert [e.ids.tolist() for e in tokenizer.encode(texts)] == [ids for ids, _ in _reference(folder, texts, "right")]
 
@@ -128,3 +128,18 @@ def test_a_text_that_is_not_unicode_is_named_by_its_place_in_a_mixed_call(minilm
     tokenizer = TextTokenizer(minilm_dir, MAX_LENGTH)
     with pytest.raises(InvalidInput, match=r"input\[2\] is not valid Unicode"):
         tokenizer.encode(["plain", "café", "bad \ud800 text", "plain too"])
+
+
+def test_plain_is_printable_ascii_and_nothing_else():
+    """Every code point alone, and inside a plain text: plain is U+0020..U+007E, with spaces also tab, newline and
+    carriage return (U+000B, U+000C, U+0085, U+2028 are whitespace to Python, and not plain)."""
+    for code in range(0x110000):
+        if 0xD800 <= code <= 0xDFFF:
+            continue
+        char = chr(code)
+        printable = 0x20 <= code <= 0x7E
+        spaced = printable or char in "\t\n\r"
+        for text in (char, f"a plain {char} text", char * 3):
+            assert is_plain(text) is printable, hex(code)
+            assert is_plain_with_spaces(text) is spaced, hex(code)
+    assert is_plain("") and is_plain_with_spaces("")
