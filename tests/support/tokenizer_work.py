@@ -29,15 +29,16 @@ class _Counting:
         self._inner = inner
         self._work = work
 
-    def encode_batch(self, texts, *args, **kwargs):
+    def _recorded(self, texts) -> list:
         texts = list(texts)
         self._work.texts.extend(t if isinstance(t, str) else "".join(t) for t in texts)
-        return self._inner.encode_batch(texts, *args, **kwargs)
+        return texts
+
+    def encode_batch(self, texts, *args, **kwargs):
+        return self._inner.encode_batch(self._recorded(texts), *args, **kwargs)
 
     def encode_batch_fast(self, texts, *args, **kwargs):
-        texts = list(texts)
-        self._work.texts.extend(t if isinstance(t, str) else "".join(t) for t in texts)
-        return self._inner.encode_batch_fast(texts, *args, **kwargs)
+        return self._inner.encode_batch_fast(self._recorded(texts), *args, **kwargs)
 
     def encode(self, text, *args, **kwargs):
         self._work.texts.append(text)
