@@ -3,8 +3,9 @@
 - Runs at once when idle (no fixed wait window); while the backend is busy, new work coalesces.
 - A batch is bounded by ``max_batch_tokens`` *padded* tokens (items × longest item) and
   ``max_batch_size`` items.
-- Length-aware: from the oldest ``window`` queued items, sorted by length, the batch that holds the
-  oldest item is run, so similar lengths share a batch (less padding) and nobody starves.
+- Length-aware: from the oldest ``window`` queued items (at most four batches' worth, by items and by
+  tokens), sorted by length, the batch that holds the oldest item is run, so similar lengths share a batch
+  (less padding) and nobody starves.
 - Bounded queue: more than ``max_queue_items`` queued items → ``Overloaded`` (429).
 - Work whose deadline passed, or whose caller went away (cancelled), is dropped before inference.
 - One request's items may span several batches; its result is assembled in order.
@@ -110,6 +111,9 @@ class Batcher:
         self.max_queue_items = max_queue_items
         self.retry_after_s = retry_after_s
         self.window = window or max_batch_size * 4
+        #: the window also ends at this many (unpadded) tokens: four batches' worth, so that a batch of a few long
+        #: items is not chosen from hundreds of them (the walk costs per item; more choice would not be used)
+        self.window_tokens = max_batch_tokens * 4
         self.workers = workers
         self.name = name
         self._on_batch = on_batch
@@ -388,39 +392,45 @@ class Batcher:
 
     def _take(self) -> list[_Slot]:
         """Pop the next batch: from the queue's head, drop dead work until ``window`` live items of the oldest
-        live item's group are in view, then pick by length around the oldest. Only that head is walked: the
-        queue may hold thousands of items (a cancelled request's stop counting at once, by ``_forget``)."""
+        live item's group are in view, then pick by length around the oldest. Only that head is walked (and
+        only it is popped and pushed back): the queue may hold thousands of items (a cancelled request's stop
+        counting at once, by ``_forget``). A request's items lie next to each other in the queue, so whether
+        it is still wanted is asked once per run of them."""
         now = time.monotonic()
         queue = self._queue
         kept: list[_Slot] = []  # the live items walked, in order
-        window: list[_Slot] = []
         group: Any = _NO_GROUP
+        in_group = tokens = 0  # of them, the oldest live item's group's: how many, their tokens
         walked = 0
+        live: _Request | None = None  # the request of the last item found live
         for slot in queue:
             walked += 1
             req = slot.request
-            if req.done():
-                req.queued -= 1
-                if req.cancelled:
-                    self._dead -= 1
-                    self._dropped("cancelled")
-                continue
-            if req.deadline is not None and now > req.deadline:
-                req.queued -= 1
-                self._dropped("deadline")
-                req.future.set_exception(Timeout("the request's deadline passed while it was queued"))
-                continue
+            if req is not live:
+                if req.done():
+                    req.queued -= 1
+                    if req.cancelled:
+                        self._dead -= 1
+                        self._dropped("cancelled")
+                    continue
+                if req.deadline is not None and now > req.deadline:
+                    req.queued -= 1
+                    self._dropped("deadline")
+                    req.future.set_exception(Timeout("the request's deadline passed while it was queued"))
+                    continue
+                live = req
+                if group is _NO_GROUP:
+                    group = slot.group  # the oldest item's group: nobody starves, groups never mix
             kept.append(slot)
-            if group is _NO_GROUP:
-                group = slot.group  # the oldest item's group: nobody starves, groups never mix
             if slot.group == group:
-                window.append(slot)
-                if len(window) == self.window:
+                in_group += 1
+                tokens += slot.cost
+                if in_group == self.window or tokens >= self.window_tokens:
                     break
-        if not window:
+        if not kept:
             self._queue = queue[walked:]
             return []
-        chosen = self._around_oldest(window)
+        chosen = self._around_oldest(kept if in_group == len(kept) else [s for s in kept if s.group == group])
         for slot in chosen:
             slot.request.queued -= 1
         picked = set(map(id, chosen))
@@ -436,28 +446,29 @@ class Batcher:
         """Grow a batch from the oldest item through its length-neighbours within the budget, always
         adding the neighbour that adds the least padding, and none that would more than double its own
         work in padding (plus ``PAD_SLACK`` tokens): a long item does not join a batch of short ones."""
-        ordered = sorted(window, key=lambda s: s.cost)
-        anchor = ordered.index(window[0])
-        lo = hi = anchor
-        longest = ordered[anchor].cost
+        costs = [s.cost for s in window]
+        order = sorted(range(len(window)), key=costs.__getitem__)
+        ordered = [costs[i] for i in order]  # the costs, shortest first
+        lo = hi = order.index(0)  # the oldest item's place
+        longest = ordered[lo]
+        budget, last = self.max_batch_tokens, len(ordered) - 1
         while hi - lo + 1 < self.max_batch_size:
             size = hi - lo + 2
-            options = []  # (padding added, direction)
-            if lo > 0 and size * longest <= self.max_batch_tokens:
-                added = longest - ordered[lo - 1].cost
-                if added <= ordered[lo - 1].cost + PAD_SLACK:
-                    options.append((added, -1))
-            if hi + 1 < len(ordered):
-                cand = max(longest, ordered[hi + 1].cost)
+            down = up = None  # the padding that the shorter / the longer neighbour would add
+            if lo > 0 and size * longest <= budget:
+                cost = ordered[lo - 1]
+                if longest - cost <= cost + PAD_SLACK:
+                    down = longest - cost
+            if hi < last:
+                cand = max(longest, ordered[hi + 1])
                 added = (cand - longest) * (size - 1)
-                if size * cand <= self.max_batch_tokens and added <= cand + PAD_SLACK:
-                    options.append((added, +1))
-            if not options:
-                break
-            _, direction = min(options)
-            if direction < 0:
+                if size * cand <= budget and added <= cand + PAD_SLACK:
+                    up = added
+            if down is not None and (up is None or down <= up):  # the least padding; the shorter on a tie
                 lo -= 1
-            else:
+            elif up is not None:
                 hi += 1
-                longest = max(longest, ordered[hi].cost)
-        return ordered[lo : hi + 1]
+                longest = max(longest, ordered[hi])
+            else:
+                break
+        return [window[i] for i in order[lo : hi + 1]]

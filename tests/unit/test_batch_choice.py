@@ -1,0 +1,129 @@
+"""The batcher's choice of a batch (``Batcher._take``) against a plain statement of its rule: of the queue's
+live items, the oldest live item's group, the oldest of them up to ``window`` items or four batches' worth of
+tokens, sorted by length (stably), grown from the oldest item by the neighbour that adds the least padding.
+Random queues with dead work (cancelled, past the deadline) and several groups; the chosen items, the queue
+left behind and the dropped work must all be the rule's."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+import pytest
+
+from core.batching import PAD_SLACK, Batcher, _Request, _Slot
+
+
+def reference(queue: list[_Slot], now: float, *, window: int, window_tokens: int, size: int, budget: int):
+    """(chosen, queue left, requests failed for their deadline): the rule written plainly."""
+    live, expired, walked = [], [], 0
+    group, in_group, tokens = None, 0, 0
+    for slot in queue:
+        walked += 1
+        req = slot.request
+        if req.cancelled or req.future.done() or req in expired:
+            continue
+        if req.deadline is not None and now > req.deadline:
+            expired.append(req)
+            continue
+        if not live:
+            group = slot.group
+        live.append(slot)
+        if slot.group == group:
+            in_group += 1
+            tokens += slot.cost
+            if in_group == window or tokens >= window_tokens:
+                break
+    candidates = [s for s in live if s.group == group]
+    if not candidates:
+        return [], queue[walked:], expired
+    ordered = sorted(candidates, key=lambda s: s.cost)
+    lo = hi = next(i for i, s in enumerate(ordered) if s is candidates[0])
+    longest = ordered[lo].cost
+    while hi - lo + 1 < size:
+        n = hi - lo + 2
+        options = []
+        if lo > 0 and n * longest <= budget and longest - ordered[lo - 1].cost <= ordered[lo - 1].cost + PAD_SLACK:
+            options.append((longest - ordered[lo - 1].cost, -1))
+        if hi + 1 < len(ordered):
+            cand = max(longest, ordered[hi + 1].cost)
+            added = (cand - longest) * (n - 1)
+            if n * cand <= budget and added <= cand + PAD_SLACK:
+                options.append((added, 1))
+        if not options:
+            break
+        if min(options)[1] < 0:
+            lo -= 1
+        else:
+            hi += 1
+            longest = max(longest, ordered[hi].cost)
+    chosen = ordered[lo:hi + 1]
+    left = [s for s in live if not any(s is c for c in chosen)] + queue[walked:]
+    return chosen, left, expired
+
+
+def random_queue(rng: random.Random, loop: asyncio.AbstractEventLoop, now: float) -> list[_Slot]:
+    queue = []
+    for _ in range(rng.randint(0, 40)):
+        n = rng.choice([1, 1, 2, 5, 32])
+        fate = rng.random()
+        deadline = now - 1 if fate < 0.1 else (now + 60 if fate < 0.5 else None)
+        req = _Request(loop.create_future(), [None] * n, n, deadline, now, queued=n)
+        if 0.1 <= fate < 0.2:
+            req.cancelled = True
+        elif 0.2 <= fate < 0.25:
+            req.future.set_result(None)  # answered already (an earlier failure)
+        group = rng.choice([None, None, None, "image"])
+        length = rng.choice([4, 13, 13, 40, 130, 300])
+        for i in range(n):
+            cost = max(1, length + rng.randint(-3, 3)) if rng.random() < 0.7 else rng.randint(1, 400)
+            queue.append(_Slot(req, i, ("item", i), cost, group))
+    return queue
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_take_chooses_as_the_rule_says(seed):
+    rng = random.Random(seed)
+    size, budget = rng.choice([(8, 64), (64, 512), (32, 16384), (4, 1000)])
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        batcher = Batcher(lambda items: items, max_batch_tokens=budget, max_batch_size=size, max_queue_items=10**6,
+                          window=rng.choice([None, 3, 10]))
+        now = time.monotonic()
+        queue = random_queue(rng, loop, now)
+        batcher._queue = list(queue)
+        batcher._dead = sum(1 for s in queue if s.request.cancelled)
+        for _ in range(6):  # several takes in a row over the same queue
+            expected, left, expired = reference(batcher._queue, time.monotonic(), window=batcher.window,
+                                                window_tokens=batcher.window_tokens, size=size, budget=budget)
+            chosen = batcher._take()
+            assert [id(s) for s in chosen] == [id(s) for s in expected]
+            assert [id(s) for s in batcher._queue] == [id(s) for s in left]
+            for req in expired:
+                assert isinstance(req.future.exception(), Exception)
+        assert batcher._dead >= 0
+
+    asyncio.run(main())
+
+
+def test_the_window_ends_at_four_batches_of_tokens():
+    """A 512-token budget: after the oldest item (130 tokens) come 15 of 300 tokens (none fits beside it), then
+    130-token items that would. The window ends at 2,048 tokens (four batches' worth), before them: the oldest
+    runs alone, and everything else stays queued in its order."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        batcher = Batcher(lambda items: items, max_batch_tokens=512, max_batch_size=64, max_queue_items=10**6)
+        costs = [130] + [300] * 15 + [130] * 10
+        req = _Request(loop.create_future(), [None] * len(costs), len(costs), None, time.monotonic(),
+                       queued=len(costs))
+        batcher._queue = [_Slot(req, i, i, cost, None) for i, cost in enumerate(costs)]
+        assert [s.item for s in batcher._take()] == [0]
+        assert [s.item for s in batcher._queue] == list(range(1, len(costs)))
+        # with a window of items only (256 here), the 130-token items were in view and joined the oldest
+        batcher.window_tokens = 10**9
+        batcher._queue = [_Slot(req, i, i, cost, None) for i, cost in enumerate(costs)]
+        assert [s.item for s in batcher._take()] == [0, 16, 17]
+
+    asyncio.run(main())
