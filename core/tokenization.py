@@ -7,6 +7,7 @@ import json
 import os
 import threading
 from dataclasses import dataclass
+from itertools import accumulate, chain
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -130,6 +131,41 @@ def ascii_twin(tokenizer) -> tuple[bool, Callable[[str], bool]] | None:
     return lower, plain
 
 
+#: post-processors that give every token of a single text type id 0
+_ZERO_TYPE_PROCESSORS = frozenset({"BertProcessing", "RobertaProcessing", "ByteLevel"})
+
+
+def zero_type_ids(tokenizer) -> bool:
+    """Every token of a single text gets type id 0 from ``tokenizer`` (no post-processor; BERT's, RoBERTa's or
+    the byte-level one; a template whose single-text pieces all say 0; a sequence of those): then a text's
+    type ids need not be read from its encoding, which costs as much as reading its ids."""
+    processor = tokenizer.post_processor
+    return processor is None or _zero_types(json.loads(processor.__getstate__()))
+
+
+def _zero_types(spec: dict) -> bool:
+    kind = spec.get("type")
+    if kind in _ZERO_TYPE_PROCESSORS:
+        return True
+    if kind == "TemplateProcessing":
+        return all(piece.get("type_id", 0) == 0 for entry in spec.get("single", []) for piece in entry.values())
+    if kind == "Sequence":
+        return all(_zero_types(part) for part in spec.get("processors", []))
+    return False
+
+
+def as_encoded(encodings: Sequence, zero_types: bool = False) -> list["Encoded"]:
+    """``Encoded`` items of ``tokenizers`` encodings: their ids (and type ids, or zeros when ``zero_types``)
+    read into one array each, every item a view of its span (not two arrays made from lists per text)."""
+    ids = [e.ids for e in encodings]
+    ends = list(accumulate(map(len, ids)))
+    total = ends[-1] if ends else 0
+    flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=total)
+    types = (np.zeros(total, dtype=np.int64) if zero_types
+             else np.fromiter(chain.from_iterable(e.type_ids for e in encodings), dtype=np.int64, count=total))
+    return [Encoded(flat[start:end], types[start:end]) for start, end in zip([0, *ends], ends)]
+
+
 def _guarded(encode, texts: Sequence[str], param: str, **kwargs):
     """Run a tokenizer call; if it refuses a text as not a string (a lone surrogate), say which (400)."""
     try:
@@ -161,6 +197,7 @@ class TextTokenizer:
         self._twins: dict[str, object] = {}
         self._twins_lock = threading.Lock()
         self.vocab_size = self._truncating.get_vocab_size(with_added_tokens=True)
+        self._zero_types = zero_type_ids(self._truncating)
         self.pad_id = self._pad_id(folder)
 
     def _made(self, truncation: str, lowercase: bool | None = None):
@@ -250,10 +287,7 @@ class TextTokenizer:
                         f"{self.max_length}; send shorter text or set truncate=true",
                         param="input", code="input_too_long",
                     )
-        return [
-            Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64))
-            for e in encodings
-        ]
+        return as_encoded(encodings, self._zero_types)
 
     def _left_truncating(self):
         if self._left is None:
