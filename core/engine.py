@@ -6,7 +6,6 @@ import asyncio
 import dataclasses
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +18,7 @@ from core.errors import BackendFailure, ConfigError, ModelNotFound, NotReady, Ou
 from core.hub import resolve_source
 from core.loading import detect_task, read_model_info
 from core.metrics import Metrics
+from core.preparing import Preparers
 from core.request_context import note_work
 from core.tasks import create_task, task_class
 from core.tracing import NO_TRACER, NoTracer, OtelTracer
@@ -52,7 +52,7 @@ class Engine:
         self.choice = Choice(backend.name, "given to the engine")
         #: the effective batch limit: the backend's fixed compiled batch, else the spec's (the one place it is read)
         self.max_batch_size: int = backend.max_batch_size or spec.max_batch_size
-        self._prep = ThreadPoolExecutor(max_workers=max(1, settings.threads), thread_name_prefix=f"prep-{self.name}")
+        self._prep = Preparers(task.prepare, workers=settings.threads, name=f"prep-{self.name}")
         self.batcher = Batcher(
             self._run_batch,
             max_batch_tokens=spec.batch_tokens,
@@ -149,7 +149,7 @@ class Engine:
             if self.task.prepare_inline(request):  # cheaper than a thread hop: tokenize a few short texts on the loop
                 items = self.task.prepare(request)
             else:
-                items = await asyncio.get_running_loop().run_in_executor(self._prep, self.task.prepare, request)
+                items = await self._prep(request)
             costs = [it.cost for it in items]
             if span is not None:
                 span.set_attribute("tessera.inputs", len(items))
@@ -231,7 +231,7 @@ class Engine:
 
     async def stop(self, drain: bool = True, timeout: float | None = None) -> None:
         await self.batcher.stop(drain=drain, timeout=timeout)
-        self._prep.shutdown(wait=False)
+        self._prep.shutdown()
 
 
 @dataclass

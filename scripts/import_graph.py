@@ -30,7 +30,7 @@ TREES = ("core", "adapters")
 #: a name that no longer exists is skipped)
 TOP_LEVEL = {
     "core: entry points": ("__main__", "cli", "cli_compat", "dev", "healthcheck"),
-    "core: engine": ("engine", "batching"),
+    "core: engine": ("engine", "batching", "preparing"),
     "core: model files": ("hub", "loading", "tokenization"),
     "core: inputs and outputs": ("media", "quantize"),
     "core: process and devices": ("torch_thread", "devices", "cuda_driver", "snapshot", "frontends", "supervisor"),

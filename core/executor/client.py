@@ -424,7 +424,7 @@ class RemoteEngine(Engine):
             link.users -= 1
             if link.users <= 0 and not link.closing:
                 await link.close()
-        self._prep.shutdown(wait=False)
+        self._prep.shutdown()
 
 
 def read_address(address: str) -> dict:

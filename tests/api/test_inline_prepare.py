@@ -4,6 +4,7 @@ thread. Both paths give the vectors of the in-process reference (``Engine.run_sy
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import numpy as np
 import pytest
@@ -23,16 +24,18 @@ def engine(minilm_dir) -> Engine:
 
 
 def _served(engine: Engine, request: EmbedRequest, monkeypatch) -> tuple[np.ndarray, bool]:
-    """The vectors the engine serves for ``request``, and whether preparing went to the executor."""
-    hopped = []
+    """The vectors the engine serves for ``request``, and whether its texts were tokenized off the event
+    loop's thread (on a preparing thread)."""
+    threads = []
+    tokenizer = engine.task.tokenizer
+    real = tokenizer.encode
+
+    def spy(*args, **kwargs):
+        threads.append(threading.current_thread())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tokenizer, "encode", spy)
     loop = asyncio.new_event_loop()
-    real = loop.run_in_executor
-
-    def spy(executor, fn, *args):
-        hopped.append(fn)
-        return real(executor, fn, *args)
-
-    monkeypatch.setattr(loop, "run_in_executor", spy)
 
     async def go():
         await engine.start()
@@ -45,7 +48,8 @@ def _served(engine: Engine, request: EmbedRequest, monkeypatch) -> tuple[np.ndar
         result = loop.run_until_complete(go())
     finally:
         loop.close()
-    return np.asarray(result.vectors), any(getattr(fn, "__name__", "") == "prepare" for fn in hopped)
+    assert threads, "the request's texts were never tokenized"
+    return np.asarray(result.vectors), any(t is not threading.main_thread() for t in threads)
 
 
 def test_a_small_request_is_prepared_on_the_loop_with_the_reference_vectors(engine, monkeypatch):
