@@ -3,9 +3,8 @@
 - Runs at once when idle (no fixed wait window); while the backend is busy, new work coalesces.
 - A batch is bounded by ``max_batch_tokens`` *padded* tokens (items × longest item) and
   ``max_batch_size`` items.
-- Length-aware: from the oldest ``window`` queued items (at most four batches' worth, by items and by
-  tokens), sorted by length, the batch that holds the oldest item is run, so similar lengths share a batch
-  (less padding) and nobody starves.
+- Length-aware: from the oldest ``window`` queued items, sorted by length, the batch that holds the
+  oldest item is run, so similar lengths share a batch (less padding) and nobody starves.
 - Bounded queue: more than ``max_queue_items`` queued items → ``Overloaded`` (429).
 - Work whose deadline passed, or whose caller went away (cancelled), is dropped before inference.
 - One request's items may span several batches; its result is assembled in order.
@@ -111,9 +110,6 @@ class Batcher:
         self.max_queue_items = max_queue_items
         self.retry_after_s = retry_after_s
         self.window = window or max_batch_size * 4
-        #: the window also ends at this many (unpadded) tokens: four batches' worth, so that a batch of a few long
-        #: items is not chosen from hundreds of them (the walk costs per item; more choice would not be used)
-        self.window_tokens = max_batch_tokens * 4
         self.workers = workers
         self.name = name
         self._on_batch = on_batch
@@ -400,7 +396,7 @@ class Batcher:
         queue = self._queue
         kept: list[_Slot] = []  # the live items walked, in order
         group: Any = _NO_GROUP
-        in_group = tokens = 0  # of them, the oldest live item's group's: how many, their tokens
+        in_group = 0  # of them, the oldest live item's group's
         walked = 0
         live: _Request | None = None  # the request of the last item found live
         for slot in queue:
@@ -424,8 +420,7 @@ class Batcher:
             kept.append(slot)
             if slot.group == group:
                 in_group += 1
-                tokens += slot.cost
-                if in_group == self.window or tokens >= self.window_tokens:
+                if in_group == self.window:
                     break
         if not kept:
             self._queue = queue[walked:]
