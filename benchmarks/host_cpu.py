@@ -279,9 +279,10 @@ def start(server: str, folder: Path, port: int, infinity_bin: str | None, tesser
 def run(models: list[str], servers: list[str], batches: list[int], concurrency: int, duration: float,
         rounds: int, infinity_bin: str | None = None, clients: int = 1, floor_seconds: float = 1.0,
         tessera_env: dict | None = None, tessera_options: dict | None = None, log_dir: Path | None = None,
-        baseline: Path | None = None, log=print, baseline_options: dict | None = None) -> dict:
+        baseline: Path | None = None, log=print, baseline_options: dict | None = None,
+        kind: str = "short") -> dict:
     """Per model: every server started on loopback, then ``rounds`` rounds, each a cell per batch size per
-    server in turn (A B A B …), short texts; then the floors. Tessera's log lines go to
+    server in turn (A B A B …), texts of ``kind`` (benchmarks/texts.py: short, long, mixed); then the floors. Tessera's log lines go to
     ``log_dir/<model>-<server>.log`` (a new temporary folder by default); ``baseline``: the checkout the
     ``baseline`` server runs. Returns every cell and the medians."""
     import tempfile
@@ -290,10 +291,10 @@ def run(models: list[str], servers: list[str], batches: list[int], concurrency: 
     from benchmarks.server import peak_rss_mb, stop_server, wait_ready
     from benchmarks.texts import make_texts
 
-    texts = make_texts("short", 2048)
+    texts = make_texts(kind, 2048)
     result: dict = {"cpus": len(os.sched_getaffinity(0)), "loadavg_before": os.getloadavg(),
                     "config": {"models": models, "servers": servers, "batches": batches, "concurrency": concurrency,
-                               "duration": duration, "rounds": rounds, "texts": "short", "client_processes": clients,
+                               "duration": duration, "rounds": rounds, "texts": kind, "client_processes": clients,
                                "tessera_env": dict(tessera_env or {}), "tessera_options": dict(tessera_options or {}),
                                "baseline_options": baseline_options,
                                "baseline": str(baseline) if baseline else None},
@@ -324,7 +325,7 @@ def run(models: list[str], servers: list[str], batches: list[int], concurrency: 
                             s = running[server]
                             load0 = os.getloadavg()[0]
                             others = {o: tree_cpu(running[o]["proc"].pid) for o in running if o != server}
-                            cell = measure(pool, clients, s["url"], s["proc"].pid, texts, "short", batch,
+                            cell = measure(pool, clients, s["url"], s["proc"].pid, texts, kind, batch,
                                            concurrency, duration, dim)
                             after = {o: tree_cpu(running[o]["proc"].pid) for o in others}
                             idle = sum(after[o] - cpu for o, cpu in others.items()

@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="another checkout of Tessera (e.g. `git worktree add /tmp/before HEAD~1`): served as "
                         "'baseline' with this environment, interleaved with the others (adds it to --servers)")
     p.add_argument("--batch", default="32,1", help="texts per request, comma-separated")
+    p.add_argument("--texts", default="short", choices=("short", "long", "mixed"),
+                   help="the texts sent (benchmarks/texts.py): short ≈ 13 tokens, long ≈ 130, mixed 4–250")
     p.add_argument("--concurrency", type=int, default=64, help="closed-loop clients")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per cell")
     p.add_argument("--rounds", type=int, default=3)
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
 
     load = os.getloadavg()
     print(f"host CPU per embedding: {', '.join(models)} × {', '.join(servers)}, {args.concurrency} clients, "
-          f"short texts, {'/'.join(map(str, batches))} texts per request, {args.rounds} round(s) of "
+          f"{args.texts} texts, {'/'.join(map(str, batches))} texts per request, {args.rounds} round(s) of "
           f"{args.duration:g} s cells; {len(os.sched_getaffinity(0))} CPUs, load average {load[0]:.1f} "
           f"{load[1]:.1f} {load[2]:.1f}" + (f"; Tessera with {tessera_env}" if tessera_env else "")
           + (f"; Tessera's model options {tessera_options}" if tessera_options else "")
@@ -133,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
           "the idle server(s) spend meanwhile (shown beside)\n", flush=True)
     result = run(models, servers, batches, args.concurrency, args.duration, args.rounds, infinity,
                  args.client_processes, args.floor_seconds, tessera_env, tessera_options,
-                 baseline=args.baseline, log=lambda line: print(line, flush=True), baseline_options=baseline_options)
+                 baseline=args.baseline, log=lambda line: print(line, flush=True), baseline_options=baseline_options,
+                 kind=args.texts)
     after = result["loadavg_after"]
     print(f"\n### Medians over {args.rounds} round(s) (load average before {load[0]:.1f}, after {after[0]:.1f})\n")
     print(markdown(result))
