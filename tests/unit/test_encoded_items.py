@@ -1,6 +1,7 @@
-"""Tokenized texts as ``Encoded`` items (``core.tokenization.as_encoded``): every item a view of one array of the
-call's ids (and type ids), equal to the arrays read from each encoding; a single text's type ids are taken to
-be 0 only where the post-processor says so (``zero_type_ids``), read from the encodings everywhere else."""
+"""Tokenized texts as ``Encoded`` items (``core.tokenization.as_encoded``): from ``FLAT_FROM`` texts a call's ids
+(and type ids) are read into one array each and every item is a view of its span, below that an array each;
+either way equal to the arrays read from each encoding. A single text's type ids are taken to be 0 only where
+the post-processor says so (``zero_type_ids``), read from the encodings everywhere else."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from core.tokenization import TextTokenizer, as_encoded, zero_type_ids
+from core.tokenization import FLAT_FROM, TextTokenizer, as_encoded, zero_type_ids
 
 TEXTS = ["", "a short text", "Naïve café 東京 😀", "word " * 60, "x"]
 
@@ -54,18 +55,21 @@ def _folder(tmp_path, minilm_dir, processor):
     return out
 
 
+@pytest.mark.parametrize("texts", [TEXTS[:1], TEXTS, TEXTS * 4], ids=["one", "few", "flat"])
 @pytest.mark.parametrize("name,processor,zero", PROCESSORS, ids=[p[0] for p in PROCESSORS])
-def test_items_hold_the_encodings_ids_and_type_ids(tmp_path, minilm_dir, name, processor, zero):
+def test_items_hold_the_encodings_ids_and_type_ids(tmp_path, minilm_dir, name, processor, zero, texts):
     folder = _folder(tmp_path, minilm_dir, processor)
     reference = Tokenizer.from_file(str(folder / "tokenizer.json"))
     reference.no_padding()
     reference.enable_truncation(32)
     assert zero_type_ids(reference) is zero
-    expected = reference.encode_batch(TEXTS)
+    expected = reference.encode_batch(texts)
     if not zero:
         assert any(any(e.type_ids) for e in expected), f"{name}: the variant should give non-zero type ids"
-    items = TextTokenizer(folder, 32).encode(TEXTS)
-    assert len(items) == len(TEXTS)
+    items = TextTokenizer(folder, 32).encode(texts)
+    assert len(items) == len(texts)
+    if len(texts) >= FLAT_FROM:  # views of one array
+        assert all(item.ids.base is not None and item.ids.base is items[0].ids.base for item in items)
     for item, enc in zip(items, expected):
         assert item.ids.dtype == np.int64 and item.type_ids.dtype == np.int64
         assert item.ids.tolist() == enc.ids

@@ -32,8 +32,8 @@ def encode_rows(vectors: Any, encoding_format: str) -> list:
     """``encode_vector`` of each of ``vectors``; the rows of a float matrix as base64 in one conversion to
     little-endian float32 bytes, each row's base64 from its span of them (a row of a multiple of 3 bytes: all
     rows in one base64 call, cut at the row's length)."""
-    if (encoding_format != "base64" or not isinstance(vectors, np.ndarray) or vectors.ndim != 2
-            or vectors.dtype.kind != "f" or not len(vectors)):
+    if not (len(vectors) > 1 and encoding_format == "base64" and isinstance(vectors, np.ndarray)
+            and vectors.ndim == 2 and vectors.dtype.kind == "f"):
         return [encode_vector(v, encoding_format) for v in vectors]
     raw = np.ascontiguousarray(vectors, dtype="<f4").tobytes()
     width = vectors.shape[1] * 4
