@@ -14,6 +14,7 @@ from tokenizers import Tokenizer
 
 from core.errors import InvalidInput
 from core.tokenization import TextTokenizer, ascii_twin, is_plain, is_plain_with_spaces
+from tests.support.tokenizer_folders import tokenizer_variant
 
 MAX_LENGTH = 24
 
@@ -47,17 +48,8 @@ def _texts(seed: int = 0) -> list[str]:
 
 
 def _folder(tmp_path, minilm_dir, normalizer: dict, pre: dict | None):
-    out = tmp_path / "tok"
-    out.mkdir()
-    for name in ("config.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
-        if (minilm_dir / name).exists():
-            shutil.copy(minilm_dir / name, out / name)
-    spec = json.loads((minilm_dir / "tokenizer.json").read_text())
-    spec["normalizer"] = normalizer
-    if pre is not None:
-        spec["pre_tokenizer"] = pre
-    (out / "tokenizer.json").write_text(json.dumps(spec))
-    return out
+    parts = {"normalizer": normalizer} if pre is None else {"normalizer": normalizer, "pre_tokenizer": pre}
+    return tokenizer_variant(tmp_path / "tok", minilm_dir, parts)
 
 
 def _reference(folder, texts, truncation):

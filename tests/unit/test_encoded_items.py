@@ -5,14 +5,12 @@ the post-processor says so (``zero_type_ids``), read from the encodings everywhe
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
 from core.tokenization import FLAT_FROM, TextTokenizer, as_encoded, zero_type_ids
+from tests.support.tokenizer_folders import tokenizer_variant
 
 TEXTS = ["", "a short text", "Naïve café 東京 😀", "word " * 60, "x"]
 
@@ -43,22 +41,10 @@ PROCESSORS = [
 ]
 
 
-def _folder(tmp_path, minilm_dir, processor):
-    out = tmp_path / "tok"
-    out.mkdir()
-    for name in ("config.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
-        if (minilm_dir / name).exists():
-            shutil.copy(minilm_dir / name, out / name)
-    spec = json.loads((minilm_dir / "tokenizer.json").read_text())
-    spec["post_processor"] = processor
-    (out / "tokenizer.json").write_text(json.dumps(spec))
-    return out
-
-
 @pytest.mark.parametrize("texts", [TEXTS[:1], TEXTS, TEXTS * 4], ids=["one", "few", "flat"])
 @pytest.mark.parametrize("name,processor,zero", PROCESSORS, ids=[p[0] for p in PROCESSORS])
 def test_items_hold_the_encodings_ids_and_type_ids(tmp_path, minilm_dir, name, processor, zero, texts):
-    folder = _folder(tmp_path, minilm_dir, processor)
+    folder = tokenizer_variant(tmp_path / "tok", minilm_dir, {"post_processor": processor})
     reference = Tokenizer.from_file(str(folder / "tokenizer.json"))
     reference.no_padding()
     reference.enable_truncation(32)
