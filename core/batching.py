@@ -388,10 +388,10 @@ class Batcher:
 
     def _take(self) -> list[_Slot]:
         """Pop the next batch: from the queue's head, drop dead work until ``window`` live items of the oldest
-        live item's group are in view, then pick by length around the oldest. Only that head is walked (and
-        only it is popped and pushed back): the queue may hold thousands of items (a cancelled request's stop
-        counting at once, by ``_forget``). A request's items lie next to each other in the queue, so whether
-        it is still wanted is asked once per run of them."""
+        live item's group are in view, then pick by length around the oldest. Only that head is walked: the
+        queue may hold thousands of items (a cancelled request's stop counting at once, by ``_forget``). A
+        request's items lie next to each other in the queue, so whether it is still wanted is asked once per
+        run of them."""
         now = time.monotonic()
         queue = self._queue
         kept: list[_Slot] = []  # the live items walked, in order

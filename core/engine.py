@@ -323,7 +323,7 @@ class Registry:
             except TesseraError as exc:
                 moved.failed[name] = FailedModel(spec, exc.message)
                 continue
-            engine._prep.shutdown(wait=False)
+            engine._prep.shutdown()
             moved.engines[name] = Engine(spec, engine.task, engine.backend, settings=settings, metrics=engine.metrics,
                                          model_sha=engine.model_sha, tracer=engine.tracer)
         return moved

@@ -123,3 +123,20 @@ def test_after_shutdown_new_requests_are_refused():
             await prep(2)
 
     asyncio.run(main())
+
+
+def test_a_stop_iteration_reaches_its_caller_as_an_error_and_the_others_get_theirs():
+    def fn(value: int) -> int:
+        if value == 1:
+            raise StopIteration
+        return value
+
+    async def main():
+        prep = Preparers(fn, workers=1, name="t")
+        results = await asyncio.gather(*(prep(v) for v in range(4)), return_exceptions=True)
+        prep.shutdown()
+        return results
+
+    results = asyncio.run(main())
+    assert results[0] == 0 and results[2:] == [2, 3]
+    assert isinstance(results[1], RuntimeError) and "StopIteration" in str(results[1])
