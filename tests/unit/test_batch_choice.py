@@ -1,7 +1,8 @@
 """The batcher's choice of a batch (``Batcher._take``) against a plain statement of its rule: of the queue's
-live items, the oldest live item's group, the oldest ``window`` of them, sorted by length (stably), grown from the oldest item by the neighbour that adds the least padding.
-Random queues with dead work (cancelled, past the deadline) and several groups; the chosen items, the queue
-left behind and the dropped work must all be the rule's."""
+live items, the oldest live item's group, the oldest ``window`` of them, sorted by length (stably), grown from
+the oldest item by the neighbour that adds the least padding. Random queues with dead work (cancelled, past the
+deadline) and several groups; the chosen items, the queue left behind and the dropped work must all be the
+rule's."""
 
 from __future__ import annotations
 
