@@ -109,6 +109,7 @@ GLOBAL = [
     Global("--max-client-batch-size", "max_items_per_request", _int("--max-client-batch-size")),
     Global("--max-concurrent-requests", "max_inflight_requests", _int("--max-concurrent-requests")),
     Global("--payload-limit", "max_request_bytes", _int("--payload-limit")),
+    Global("--tokenization-workers", "tokenization_workers", _int("--tokenization-workers")),
     Global("--proxy-root-path", "root_path"),
     Global("--cors-allow-origin", "cors_origins"),
     Global("--permissive-cors", "cors_origins", _bool("--permissive-cors"), boolean=True),
@@ -127,7 +128,7 @@ GLOBAL = [
 IGNORED = {
     "--model-warmup": False, "--vector-disk-cache": False, "--lengths-via-tokenize": False,
     "--bettertransformer": False, "--onnx-disable-optimize": False, "--onnx-do-not-prefer-quantized": False,
-    "--device-id": True, "--redirect-slash": True, "--tokenization-workers": True, "--uds-path": True,
+    "--device-id": True, "--redirect-slash": True, "--uds-path": True,
     "--prometheus-port": True, "--disable-spans": False,
 }
 

@@ -52,7 +52,7 @@ class Engine:
         self.choice = Choice(backend.name, "given to the engine")
         #: the effective batch limit: the backend's fixed compiled batch, else the spec's (the one place it is read)
         self.max_batch_size: int = backend.max_batch_size or spec.max_batch_size
-        self._prep = Preparers(task.prepare, workers=settings.threads, name=f"prep-{self.name}")
+        self._prep = Preparers(task.prepare, workers=settings.tokenizing_threads, name=f"prep-{self.name}")
         self.batcher = Batcher(
             self._run_batch,
             max_batch_tokens=spec.batch_tokens,

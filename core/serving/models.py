@@ -100,7 +100,7 @@ def tei_info(engine: Engine, settings: Settings, version: str) -> dict:
         "max_batch_requests": engine.max_batch_size,  # the effective limit (a compiled backend's own)
         "max_client_batch_size": settings.max_items_per_request,
         "auto_truncate": True,
-        "tokenization_workers": settings.threads,
+        "tokenization_workers": settings.tokenizing_threads,
         "version": version,
         "backend": engine.backend.describe().get("backend"),
         "task": engine.task.name,

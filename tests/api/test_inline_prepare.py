@@ -64,3 +64,14 @@ def test_a_large_request_is_prepared_off_the_loop_with_the_reference_vectors(eng
     vectors, hopped = _served(engine, EmbedRequest(texts=LONG), monkeypatch)
     assert hopped
     np.testing.assert_allclose(vectors, np.asarray(engine.run_sync(EmbedRequest(texts=LONG)).vectors), atol=1e-6)
+
+
+def test_the_engine_tokenizes_on_the_settings_number_of_threads(engine, monkeypatch):
+    """``Settings(threads=2)``: one tokenizing thread by default (``tokenizing_threads``); a large request runs on it."""
+    assert engine._prep._workers == Settings(threads=2, models=[]).tokenizing_threads == 1
+    seen = []
+    real = engine.task.tokenizer.encode
+    monkeypatch.setattr(engine.task.tokenizer, "encode",
+                        lambda *a, **k: seen.append(threading.current_thread().name) or real(*a, **k))
+    _served(engine, EmbedRequest(texts=LONG), monkeypatch)
+    assert seen and all(name == f"prep-{engine.name}_0" for name in seen)

@@ -137,7 +137,7 @@ def test_tei_flags_map_onto_the_settings():
                      "--max-client-batch-size", "64", "--max-concurrent-requests", "100", "--auto-truncate",
                      "--default-prompt", "query: ", "--hostname", "0.0.0.0", "--port", "3000", "--api-key", "k",
                      "--served-model-name", "bge", "--payload-limit", "1000000", "--json-output",
-                     "--cors-allow-origin", "https://a.example.com"])
+                     "--cors-allow-origin", "https://a.example.com", "--tokenization-workers", "3"])
     (m,) = s.models
     assert (m.name, m.revision, m.dtype, m.pooling, m.max_batch_tokens, m.max_batch_size) == (
         "bge", "refs/pr/5", "float16", "lasttoken", 2048, 16)
@@ -145,6 +145,7 @@ def test_tei_flags_map_onto_the_settings():
     assert (s.max_items_per_request, s.max_inflight_requests, s.host, s.port, s.api_keys, s.max_request_bytes) == (
         64, 100, "0.0.0.0", 3000, ["k"], 1_000_000)
     assert (s.log_format, s.cors_origins) == ("json", ["https://a.example.com"])
+    assert s.tokenization_workers == 3 and s.tokenizing_threads == 3
     named = settings_of(["--model-id", "m/x", "--default-prompt-name", "query"]).models[0]
     assert named.default_prompt_name == "query"
     with pytest.raises(ConfigError, match="--auto-truncate false: not offered"):

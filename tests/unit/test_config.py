@@ -139,3 +139,14 @@ def test_cli_exits_2_with_the_problems_and_no_traceback(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "tessera: invalid configuration:", "  - models[0].backen: unknown option (did you mean 'backend'?)"]
+
+
+def test_tokenizing_threads_default_to_half_the_runtime_threads(monkeypatch):
+    """``tokenization_workers`` (TEI's --tokenization-workers): by default half of ``threads``, at least one; the
+    engine starts that many tokenizing threads and /info reports the number."""
+    assert [Settings(threads=n).tokenizing_threads for n in (1, 2, 3, 16)] == [1, 1, 1, 8]
+    assert Settings(threads=2, tokenization_workers=4).tokenizing_threads == 4
+    monkeypatch.setenv("TESSERA_TOKENIZATION_WORKERS", "5")
+    assert Settings(threads=2).tokenizing_threads == 5
+    with pytest.raises(ValidationError):
+        Settings(tokenization_workers=0)
