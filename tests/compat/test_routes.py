@@ -170,6 +170,7 @@ def test_tei_info(http):
     for key in ("model_id", "model_dtype", "model_type", "max_input_length", "max_batch_tokens",
                 "max_client_batch_size", "version"):
         assert key in info
+    assert isinstance(info["tokenization_workers"], int) and info["tokenization_workers"] >= 1
     reranker = ok(http.get("/info", params={"model": "reranker"}))
     assert "reranker" in reranker["model_type"]
     assert "classifier" in ok(http.get("/info", params={"model": "classifier"}))["model_type"]
