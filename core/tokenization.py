@@ -384,7 +384,7 @@ class TextTokenizer:
         bounded = {q: self._bounded_first(q, budget, truncate) for q in dict.fromkeys(q for q, _ in pairs)}
         firsts = _guarded(self._full.encode_batch, [bounded[q] for q, _ in pairs], "query", add_special_tokens=False)
         seconds = _guarded(self._full.encode_batch, [d for _, d in pairs], "documents", add_special_tokens=False)
-        out = []
+        processed = []
         for i, (a, b) in enumerate(zip(firsts, seconds)):
             if max_second is not None and len(b.ids) > max_second:
                 b.truncate(max_second)
@@ -401,9 +401,8 @@ class TextTokenizer:
                 b.truncate(keep_b)
                 if over > 0:
                     a.truncate(max(len(a.ids) - over, 0))
-            enc = self._full.post_process(a, b, add_special_tokens=True)
-            out.append(Encoded(np.asarray(enc.ids, dtype=np.int64), np.asarray(enc.type_ids, dtype=np.int64)))
-        return out
+            processed.append(self._full.post_process(a, b, add_special_tokens=True))
+        return as_encoded(processed)
 
     def _bounded_first(self, text: str, budget: int, truncate: bool) -> str:
         """A pair's first text (the query, shared by every document) cut once to what any pair can keep,
