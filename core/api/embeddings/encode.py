@@ -18,7 +18,7 @@ def encode_vector(vector: np.ndarray, encoding_format: str):
     """``float``: the array itself (orjson writes it as a JSON list); ``base64``: little-endian float32.
     A 2-D array (a multi-vector item) becomes a list of vectors, each encoded the same way."""
     if encoding_format != "float" and vector.ndim == 2:
-        return [encode_vector(row, encoding_format) for row in vector]
+        return encode_rows(vector, encoding_format)
     if encoding_format == "base64_packed" and vector.dtype in (np.int8, np.uint8):  # the raw bytes
         return base64.b64encode(vector.tobytes()).decode("ascii")
     if encoding_format in ("base64", "base64_packed"):
