@@ -282,9 +282,9 @@ def run(models: list[str], servers: list[str], batches: list[int], concurrency: 
         baseline: Path | None = None, log=print, baseline_options: dict | None = None,
         kind: str = "short") -> dict:
     """Per model: every server started on loopback, then ``rounds`` rounds, each a cell per batch size per
-    server in turn (A B A B …), texts of ``kind`` (benchmarks/texts.py: short, long, mixed); then the floors. Tessera's log lines go to
-    ``log_dir/<model>-<server>.log`` (a new temporary folder by default); ``baseline``: the checkout the
-    ``baseline`` server runs. Returns every cell and the medians."""
+    server in turn (A B A B …), texts of ``kind`` (benchmarks/texts.py: short, long, mixed); then the floors.
+    Tessera's log lines go to ``log_dir/<model>-<server>.log`` (a new temporary folder by default);
+    ``baseline``: the checkout the ``baseline`` server runs. Returns every cell and the medians."""
     import tempfile
 
     from benchmarks.loopback import free_port

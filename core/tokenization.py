@@ -109,11 +109,12 @@ def _on_ascii(spec: dict) -> tuple[bool, bool] | None:
 def ascii_twin(tokenizer) -> tuple[bool, Callable[[str], bool]] | None:
     """How a copy of ``tokenizer`` tokenizes plain texts to the same tokens for less work: (lowercase, which texts
     it may take: ``is_plain`` or ``is_plain_with_spaces``), or None where the tokenizer has no cheaper twin. The
-    twin's normalizer is a bare ``Lowercase`` (or none): ``BertNormalizer``'s per-character pass (accents, Chinese characters, control characters, with the
-    alignments it keeps) changes nothing in printable ASCII but its case, and it is half of a short text's
-    tokenization (17.5 against 11.7 µs a text, all-MiniLM-L6-v2's tokenizer, 47-character texts). Tab, newline
-    and carriage return are plain too where the normalizer keeps them, or where it makes them spaces and the
-    pre-tokenizer splits at them as at a space (no added token matched after normalization holds a space)."""
+    twin's normalizer is a bare ``Lowercase`` (or none): ``BertNormalizer``'s per-character pass (accents,
+    Chinese characters, control characters, with the alignments it keeps) changes nothing in printable ASCII
+    but its case, and it is half of a short text's tokenization (17.5 against 11.7 µs a text, all-MiniLM-L6-v2's
+    tokenizer, 47-character texts). Tab, newline and carriage return are plain too where the normalizer keeps
+    them, or where it makes them spaces and the pre-tokenizer splits at them as at a space (no added token
+    matched after normalization holds a space)."""
     if tokenizer.normalizer is None:
         return None
     spec = json.loads(tokenizer.normalizer.__getstate__())

@@ -4,7 +4,7 @@ the cores it keeps busy, for a near-free model (1 layer, hidden 32, all-MiniLM-L
 is left is the serving layer) and the default model (all-MiniLM-L6-v2, ONNX Runtime fp32); Tessera and
 Infinity on the same model folder, and a bare ASGI app that answers the same requests without a model (the
 stack's floor), interleaved in one run (round 1: Tessera, Infinity, bare; round 2: …), on 127.0.0.1, short
-texts, closed-loop clients.
+texts (``--texts long`` or ``mixed`` for others), closed-loop clients.
 
     # the full run (Infinity in its own environment, see below); a few minutes
     python scripts/bench_host_cpu.py --rounds 3 --duration 5 --json /tmp/host-cpu.json

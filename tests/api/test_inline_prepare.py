@@ -67,7 +67,8 @@ def test_a_large_request_is_prepared_off_the_loop_with_the_reference_vectors(eng
 
 
 def test_the_engine_tokenizes_on_the_settings_number_of_threads(engine, monkeypatch):
-    """``Settings(threads=2)``: one tokenizing thread by default (``tokenizing_threads``); a large request runs on it."""
+    """``Settings(threads=2)``: one tokenizing thread by default (``tokenizing_threads``); a large request
+    runs on it."""
     assert engine._prep._workers == Settings(threads=2, models=[]).tokenizing_threads == 1
     seen = []
     real = engine.task.tokenizer.encode
