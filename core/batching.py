@@ -126,6 +126,9 @@ class Batcher:
         self._free: asyncio.Semaphore | None = None
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
+        # the loop it was started on, kept: on Python 3.11 asyncio.get_running_loop() (and create_task, which
+        # calls it) makes a getpid() system call, per request in submit and per batch in the loop
+        self._event_loop: asyncio.AbstractEventLoop | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._accepting = False
 
@@ -133,12 +136,13 @@ class Batcher:
     async def start(self) -> None:
         if self._task is not None:
             return
+        self._event_loop = asyncio.get_running_loop()
         self._wakeup = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=f"infer-{self.name}")
         self._free = asyncio.Semaphore(self.workers)
         self._active = 0
         self._accepting = True
-        self._task = asyncio.create_task(self._loop(), name=f"batcher-{self.name}")
+        self._task = self._event_loop.create_task(self._loop(), name=f"batcher-{self.name}")
 
     async def stop(self, drain: bool = True, timeout: float | None = None) -> None:
         self._accepting = False
@@ -197,7 +201,7 @@ class Batcher:
                 f"(limit {self.max_queue_items}); retry later",
                 retry_after=self.retry_after_s,
             )
-        loop = asyncio.get_running_loop()
+        loop = self._event_loop
         now = time.monotonic()
         req = _Request(loop.create_future(), [None] * n, n, deadline, now, queued=n)
         if self._tracer.enabled:
@@ -246,12 +250,12 @@ class Batcher:
                 self._free.release()
                 continue
             self._active += 1
-            task = asyncio.create_task(self._run(batch))
+            task = self._event_loop.create_task(self._run(batch))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
     async def _run(self, batch: list[_Slot]) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._event_loop
         stats = BatchStats(
             size=len(batch),
             tokens=sum(s.cost for s in batch),

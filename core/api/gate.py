@@ -110,7 +110,7 @@ class Gate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        task = asyncio.current_task()
+        task = asyncio.current_task(asyncio.get_running_loop())  # see core.api.http.until_disconnect
         progress = Progress()
         active = self.in_progress.active
         active[task] = progress
@@ -122,7 +122,7 @@ class Gate:
             await send(message)
 
         try:
-            read = await self.body.read(scope, receive, tracked)
+            read = await self.body.read(scope, receive, tracked, task)
             if read is not None:
                 await self._admitted(*read, tracked, progress)
         except asyncio.CancelledError:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Callable, Coroutine, TypeVar
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
@@ -96,10 +96,13 @@ async def wait_for_disconnect(receive: Receive) -> None:
 WATCH_AFTER_S = 0.05
 
 
-async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
+async def until_disconnect(request: Request, work: Coroutine[Any, Any, T]) -> T:
     """Await ``work`` (a task of its own); if the client disconnects first, cancel it (its queued items are then
     dropped) and raise ``ClientClosed``. The watcher starts once the work has run ``WATCH_AFTER_S``."""
-    task = asyncio.ensure_future(work)
+    # the loop looked up once: on Python 3.11 each lookup (get_running_loop, current_task, ensure_future,
+    # create_task) makes a getpid() system call, ~6% of a one-text request's CPU where five were made
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(work)
     watcher: asyncio.Future | None = None
     left = False
 
@@ -112,10 +115,10 @@ async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
     def watch() -> None:
         nonlocal watcher
         if not task.done():
-            watcher = asyncio.ensure_future(wait_for_disconnect(request.receive))
+            watcher = loop.create_task(wait_for_disconnect(request.receive))
             watcher.add_done_callback(on_disconnect)
 
-    timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, watch)
+    timer = loop.call_later(WATCH_AFTER_S, watch)
     try:
         return await task  # the request's own cancellation (shutdown gave up on it) cancels the work with it
     except asyncio.CancelledError:
