@@ -33,7 +33,7 @@ TOP_LEVEL = {
     "core: engine": ("engine", "batching", "preparing"),
     "core: model files": ("hub", "loading", "tokenization"),
     "core: inputs and outputs": ("media", "quantize"),
-    "core: process and devices": ("torch_thread", "devices", "cuda_driver", "snapshot", "frontends", "supervisor"),
+    "core: process and devices": ("torch_thread", "devices", "cuda_driver", "snapshot", "frontends", "supervisor", "collector"),
     "core: foundation": ("errors", "capabilities", "logs", "metrics", "tracing", "request_context"),
 }
 

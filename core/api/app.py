@@ -28,6 +28,7 @@ from core.api.paths import Prefixes
 from core.api.features import router
 from core.api.response_limit import ResponseLimit
 from core.api.warm_pass import WarmRequest, registry_requests, warm_app
+from core.collector import tune_for_serving
 from core.config import Settings
 from core.engine import Registry
 from core.errors import (
@@ -151,9 +152,11 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
             loop.call_soon_threadsafe(loop.call_later, give_up_in, in_progress.give_up)
 
         restore = drain_on_sigterm(app.state, on_term)
+        restore_collector = tune_for_serving()
         try:
             yield
         finally:
+            restore_collector()
             app.state.draining = True
             restore()
             # the grace counts from SIGTERM: what the connections used of it, the batchers do not get again

@@ -23,6 +23,7 @@ import sys
 import time
 from typing import Any
 
+from core.collector import tune_for_serving
 from core.errors import NotReady, Overloaded, TesseraError, Timeout
 from core.executor import wire
 from core.executor.shm import Allocator, Segment
@@ -313,9 +314,13 @@ async def _serve(engines: dict, device: str, socket_path: str, conn, report: dic
     conn.send(("ready", report))
     conn.close()
     log.info("executor %s (pid %d) serves %s", device, os.getpid(), ", ".join(engines))
-    await stop.wait()
-    log.info("executor %s: draining", device)
-    await server.drain_and_stop(grace)
+    restore_collector = tune_for_serving()
+    try:
+        await stop.wait()
+        log.info("executor %s: draining", device)
+        await server.drain_and_stop(grace)
+    finally:
+        restore_collector()
 
 
 # ---- served from a thread of a process that already holds the weights ----------------------------------
