@@ -1,6 +1,7 @@
 """The cyclic garbage collector while a process serves (:func:`tune_for_serving`): called by the app's
 lifespan (``core.api.app``) and by an executor process (``core.executor.server``) once their models are
-loaded, undone when they stop."""
+loaded, undone when they stop; and at the end of a Lambda environment's init (``adapters/lambda/handler.py``),
+for the environment's life."""
 
 from __future__ import annotations
 

@@ -83,6 +83,7 @@ from core.api.app import create_app  # noqa: E402
 from core.api.lifecycle import StartBatchers  # noqa: E402
 from core.api.response_limit import ResponseLimit  # noqa: E402
 from core.api.warm_pass import registry_requests, warm_app  # noqa: E402
+from core.collector import tune_for_serving  # noqa: E402
 from core.config import ModelSpec, Settings, default_model_path, settings_from_env  # noqa: E402
 from core.engine import Registry  # noqa: E402
 from core.errors import InvalidInput, MissingDependency, TesseraError, TooLarge, require  # noqa: E402
@@ -362,6 +363,8 @@ asgi = _mangum.Mangum(served, lifespan="off")
 loop = asyncio.new_event_loop()
 # the app's warm pass (as the lifespan runs it elsewhere), in that loop: it starts the batchers there too
 loop.run_until_complete(warm_app(served, registry_requests(registry), app.state.metrics, prefix=settings.url_prefix))
+# what init built lives as long as the environment: out of the cyclic collector's walks (core/collector.py)
+tune_for_serving()
 log.info("init done in %.2fs: models %s, %d threads%s", time.monotonic() - _init_started,
          sorted(registry.engines), settings.threads,
          f", worker pid {os.getpid()} of {os.environ['AWS_LAMBDA_MAX_CONCURRENCY']}"

@@ -13,6 +13,7 @@ import numpy as np
 import orjson
 import pytest
 
+from core.collector import YOUNG_OBJECTS
 from tests.adapters.conftest import LAMBDA_HANDLER, invoke
 from tests.adapters.contract import MODEL
 from tests.adapters.events import function_url_event, http_api_event
@@ -109,7 +110,7 @@ def test_configured_models_are_onnx_only(lambda_module, minilm_dir):
 
 
 NO_TORCH = r"""
-import importlib.abc, importlib.util, json, sys
+import gc, importlib.abc, importlib.util, json, sys
 
 class BlockTorch(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
@@ -127,7 +128,8 @@ response = handler.handler(event, LambdaContext())
 body = json.loads(response["body"])
 print(json.dumps({"status": response["statusCode"], "dim": len(body["data"][0]["embedding"]),
                   "torch_loaded": "torch" in sys.modules,
-                  "backend": handler.registry.engines["all-MiniLM-L6-v2"].backend.describe()["backend"]}))
+                  "backend": handler.registry.engines["all-MiniLM-L6-v2"].backend.describe()["backend"],
+                  "init_frozen": gc.get_freeze_count() > 0, "young_threshold": gc.get_threshold()[0]}))
 """
 
 
@@ -139,7 +141,9 @@ def test_handler_serves_where_torch_is_not_importable(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result == {"status": 200, "dim": 384, "torch_loaded": False, "backend": "onnx"}
+    # init's objects out of the collector's walks (core/collector.py), as the servers' lifespans do
+    assert result == {"status": 200, "dim": 384, "torch_loaded": False, "backend": "onnx", "init_frozen": True,
+                      "young_threshold": YOUNG_OBJECTS}
 
 
 def test_coldstart_script_reports_time_and_rss():
