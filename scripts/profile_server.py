@@ -8,6 +8,8 @@ the runtime (ONNX Runtime's ``Session.run``), in Python work, and waiting, and t
     python scripts/profile_server.py --model near-free --batch 1
     # only the thread holding the interpreter lock: what serializes the Python work, by thread and frame
     python scripts/profile_server.py --model near-free --batch 32 --gil
+    # C frames too: the event loop thread's hottest frames, the garbage collector and system calls included
+    python scripts/profile_server.py --model near-free --batch 1 --native
 
 Needs py-spy (``pip install py-spy``; in the ``bench`` extra) and permission to ptrace the server (root or
 ``kernel.yama.ptrace_scope=0``). The raw samples are kept with ``--raw FILE`` (flamegraph.pl reads them).
@@ -67,6 +69,19 @@ def summarize(raw: Path, top: int = 12) -> dict:
             "hot_python_frames": [(f, round(100 * n / busy, 1)) for f, n in hot.most_common(top)]}
 
 
+def hottest_frames(raw: Path, thread: str = "MainThread", top: int = 25) -> tuple[int, list[tuple[str, float]]]:
+    """The leaf frames of ``thread``'s samples (C frames included where py-spy read them), by share of them."""
+    leaves: collections.Counter = collections.Counter()
+    for line in raw.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        if not count.isdigit() or not frames or frames[0].split(":", 1)[-1].strip() != thread:
+            continue
+        leaves[frames[-1]] += int(count)
+    total = sum(leaves.values())
+    return total, [(f, round(100 * n / (total or 1), 1)) for f, n in leaves.most_common(top)]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", choices=("default", "near-free"), default="default",
@@ -83,6 +98,9 @@ def main() -> int:
     p.add_argument("--gil", action="store_true",
                    help="sample only the thread holding the interpreter lock: the Python work that runs one "
                         "thread at a time, whichever thread does it (the samples column is then its split)")
+    p.add_argument("--native", action="store_true",
+                   help="sample C frames too (py-spy --native, which stops the server for each sample): prints "
+                        "the event loop thread's hottest frames, the garbage collector and system calls included")
     args = p.parse_args()
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(pyspy).exists():
@@ -113,8 +131,10 @@ def main() -> int:
         loader = threading.Thread(target=load)
         loader.start()
         time.sleep(2)
+        # C frames are read with the process stopped (py-spy refuses --native with --nonblocking)
         subprocess.run([pyspy, "record", "-p", str(proc.pid), "-d", str(int(args.seconds)), "-r", "100",
-                        "-f", "raw", "-o", str(raw), "--threads", "--nonblocking", *(["--gil"] if args.gil else [])],
+                        "-f", "raw", "-o", str(raw), "--threads",
+                        *(["--native"] if args.native else ["--nonblocking"]), *(["--gil"] if args.gil else [])],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         loader.join()
     finally:
@@ -129,6 +149,12 @@ def main() -> int:
     for name, s in sorted(summary["threads"].items(), key=lambda kv: -kv[1]["samples"]):
         print(f"| {name} | {s['runtime']} | {s['python']} | {s['waiting']} | {s['samples']} "
               f"| {100 * s['samples'] / total:.1f} |")
+    if args.native:  # C leaf frames would count as Python work above: the loop thread's own list instead
+        samples, frames = hottest_frames(raw)
+        print(f"\nthe event loop thread's hottest frames, C included (share of its {samples} samples):")
+        for frame, share in frames:
+            print(f"  {share:5.1f}%  {frame[:160]}")
+        return 0
     print("\nhottest Python frames (share of Python samples):")
     for frame, share in summary["hot_python_frames"]:
         print(f"  {share:5.1f}%  {frame}")
