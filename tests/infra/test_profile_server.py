@@ -8,11 +8,15 @@ import importlib.util
 from tests.infra.conftest import ROOT
 
 
-def _summarize():
+def _module():
     spec = importlib.util.spec_from_file_location("profile_server", ROOT / "scripts" / "profile_server.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.summarize
+    return module
+
+
+def _summarize():
+    return _module().summarize
 
 
 def test_summary_of_samples_with_bytes_that_are_not_utf8(tmp_path):
@@ -28,3 +32,20 @@ def test_summary_of_samples_with_bytes_that_are_not_utf8(tmp_path):
     frames = dict(summary["hot_python_frames"])
     assert frames["encode (core/tokenization.py:53)"] == round(100 * 30 / 35, 1)
     assert any(frame.startswith("native ") for frame in frames)
+
+
+def test_the_loop_threads_hottest_frames_c_included(tmp_path):
+    raw = tmp_path / "samples.txt"
+    raw.write_bytes(
+        b"thread (1): MainThread;run (asyncio/runners.py:118);gc_collect_main (libpython3.11.so.1.0) 12\n"
+        b"thread (1): MainThread;run (asyncio/runners.py:118);current_task (asyncio/tasks.py:1);getpid (libc.so.6) 8\n"
+        b"thread (1): MainThread;run (asyncio/runners.py:118);encode (core/tokenization.py:53) 20\n"
+        b"thread (1): MainThread;run (asyncio/runners.py:118);native \xf5\xff (libx.so) 10\n"
+        b"thread (2): infer-bench_0;_run_batch (core/engine.py:9);getpid (libc.so.6) 50\n")
+    samples, frames = _module().hottest_frames(raw)
+    assert samples == 50  # the loop thread's own samples only
+    shares = dict(frames)
+    assert shares["encode (core/tokenization.py:53)"] == 40.0
+    assert shares["gc_collect_main (libpython3.11.so.1.0)"] == 24.0
+    assert shares["getpid (libc.so.6)"] == 16.0
+    assert [f for f, _ in frames][0] == "encode (core/tokenization.py:53)"
