@@ -110,7 +110,7 @@ class Gate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        task = asyncio.current_task(asyncio.get_running_loop())  # see core.api.http.until_disconnect
+        task = asyncio.current_task()  # the request's one loop lookup here: the body reader gets the task
         progress = Progress()
         active = self.in_progress.active
         active[task] = progress
