@@ -40,17 +40,21 @@ WAITING = ("_worker (concurrent/futures/thread.py:81)", "Runner.run (asyncio/run
 RUNTIME = ("Session.run (onnxruntime",)
 
 
-def summarize(raw: Path, top: int = 12) -> dict:
-    """Per-thread shares (runtime / Python / waiting) and the hottest Python leaf frames outside the runtime."""
-    threads: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    hot: collections.Counter = collections.Counter()
+def samples(raw: Path):
+    """py-spy's raw samples (``--threads``): (thread name, leaf frame, count) per line."""
     for line in raw.read_text(errors="replace").splitlines():  # a frame name may hold bytes that are not UTF-8
         stack, _, count = line.rpartition(" ")
         if not count.isdigit():  # a frame name py-spy read with a newline in it: the sample's line is split
             continue
         frames = stack.split(";")
-        name = frames[0].split(":", 1)[-1].strip() if frames else "?"
-        leaf, n = frames[-1], int(count)
+        yield frames[0].split(":", 1)[-1].strip(), frames[-1], int(count)
+
+
+def summarize(raw: Path, top: int = 12) -> dict:
+    """Per-thread shares (runtime / Python / waiting) and the hottest Python leaf frames outside the runtime."""
+    threads: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    hot: collections.Counter = collections.Counter()
+    for name, leaf, n in samples(raw):
         if leaf.startswith(RUNTIME):
             kind = "runtime"
         elif leaf.startswith(WAITING):
@@ -72,12 +76,9 @@ def summarize(raw: Path, top: int = 12) -> dict:
 def hottest_frames(raw: Path, thread: str = "MainThread", top: int = 25) -> tuple[int, list[tuple[str, float]]]:
     """The leaf frames of ``thread``'s samples (C frames included where py-spy read them), by share of them."""
     leaves: collections.Counter = collections.Counter()
-    for line in raw.read_text(errors="replace").splitlines():
-        stack, _, count = line.rpartition(" ")
-        frames = stack.split(";")
-        if not count.isdigit() or not frames or frames[0].split(":", 1)[-1].strip() != thread:
-            continue
-        leaves[frames[-1]] += int(count)
+    for name, leaf, n in samples(raw):
+        if name == thread:
+            leaves[leaf] += n
     total = sum(leaves.values())
     return total, [(f, round(100 * n / (total or 1), 1)) for f, n in leaves.most_common(top)]
 
