@@ -268,7 +268,7 @@ class ExecutorLink:
 
     def _new_request(self, model: str, items: int, offset: int | None) -> tuple[int, asyncio.Future]:
         self._next_id += 1
-        future = asyncio.get_running_loop().create_future()
+        future = self._outbox.loop.create_future()  # a request goes out when connected: the outbox is its link's
         self._pending[self._next_id] = _Pending(future, offset, model, items)
         self.outstanding[model] = self.outstanding.get(model, 0) + items
         self.sent[model] = self.sent.get(model, 0) + 1

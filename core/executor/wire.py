@@ -64,6 +64,8 @@ class Outbox:
 
     def __init__(self, writer: asyncio.StreamWriter, before_flush=None):
         self.writer = writer
+        #: the connection's loop, looked up once (on Python 3.11 each lookup is a getpid() system call)
+        self.loop = asyncio.get_running_loop()
         self.parts: list = []
         self.scheduled = False
         #: called first at each flush (the front end adds the result blocks to free)
@@ -76,7 +78,7 @@ class Outbox:
     def schedule(self) -> None:
         if not self.scheduled:
             self.scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
+            self.loop.call_soon(self.flush)
 
     def flush(self) -> None:
         self.scheduled = False
