@@ -1,7 +1,9 @@
-"""The text log format: its time is logging's own default, also where it is formatted once per second."""
+"""The text log format: its time is logging's own default, also where it is formatted once per second. The
+access line written directly is the line its record gives, and a loop turn's access lines go out in one write."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import time
@@ -102,3 +104,40 @@ def test_the_access_line_takes_loggings_path_while_anyone_else_listens(own_handl
             assert sole_handler(access_log, logging.INFO) is None
         finally:
             access_log.removeFilter(blocker)
+
+
+class _CountingStream(io.StringIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+def test_a_loop_turns_access_lines_go_out_in_one_write_and_nothing_overtakes_them():
+    stream = _CountingStream()
+    handler = OwnHandler(stream)
+    handler.setFormatter(TextFormatter("%(message)s"))
+
+    async def main() -> None:
+        for i in range(5):
+            handler.write_line(f"line {i}")
+        assert stream.getvalue() == ""  # held to the end of this turn of the loop
+        await asyncio.sleep(0)
+        assert stream.getvalue() == "".join(f"line {i}\n" for i in range(5)) and stream.writes == 1
+
+        handler.write_line("held")
+        handler.handle(_record(1_765_000_000.0))  # a record logged meanwhile writes the held line first
+        assert stream.getvalue().splitlines()[-2:] == ["held", "POST /v1/embeddings"]
+        handler.write_line("flushed")
+        handler.flush()  # logging's shutdown flushes every handler: nothing held is lost
+        assert stream.getvalue().splitlines()[-1] == "flushed"
+        await asyncio.sleep(0)  # the turn's scheduled write finds nothing left to write
+        assert stream.getvalue().count("flushed") == 1
+
+    asyncio.run(main())
+    writes = stream.writes
+    handler.write_line("no loop")  # no loop on this thread: written at once
+    assert stream.getvalue().endswith("no loop\n") and stream.writes == writes + 1
