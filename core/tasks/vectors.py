@@ -47,7 +47,9 @@ def pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
 
 
 def l2_normalize(x: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    """Rows divided by their L2 norms (at least 1e-12): ``np.linalg.norm``'s sum of squares for real rows, without
+    its checks and dispatch (half the cost of a one-row request's normalization; the same values)."""
+    norms = np.sqrt(np.add.reduce(x * x, axis=-1, keepdims=True))
     return x / np.maximum(norms, 1e-12)
 
 
