@@ -3,8 +3,7 @@
 in the count. The near-free model of scripts/bench_host_cpu.py (1 layer, hidden 32: what is left is the
 serving layer), ONNX Runtime's intra-op spinning off (its busy-waiting threads would otherwise dominate the
 process's CPU time), closed-loop callers sending POST /v1/embeddings through the ASGI app, on uvloop where it
-is installed (as the servers run). Each measurement
-runs in a fresh process; with ``--baseline DIR`` the same is measured from another checkout, interleaved.
+is installed (as the servers run). Each measurement runs in a fresh process; with ``--baseline DIR`` the same is measured from another checkout, interleaved.
 
     # this checkout against the commit before a change
     git worktree add --detach /tmp/before HEAD~1
@@ -14,13 +13,6 @@ runs in a fresh process; with ``--baseline DIR`` the same is measured from anoth
 
 Prints, per round and checkout, process CPU µs per request (every thread: the event loop, tokenization,
 the inference threads) and requests/s, then the medians and the per-round ratios.
-
-On a shared machine whose speed drifts (±20% within an hour is common on cloud VMs), ``--instructions`` counts
-instead: each child runs under valgrind's callgrind, instrumented only while its measured requests run, and the
-figure is machine instructions per request (every thread), which does not drift with the neighbours' load. It is
-~50× slower, so use fewer requests; valgrind must be installed (``apt-get install valgrind``).
-
-    python scripts/bench_app_inprocess.py --baseline /tmp/before --rounds 2 --requests 640 --instructions
 """
 
 from __future__ import annotations
@@ -29,11 +21,9 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -102,14 +92,9 @@ async def measure(requests: int, concurrency: int, access_log: bool, batch: int 
 
     await asyncio.gather(*(caller(20) for _ in range(concurrency)))  # warm
     per_caller = max(1, requests // concurrency)
-    counting = os.environ.get("BENCH_CALLGRIND") == "1"  # under callgrind: instrument the measured calls only
-    if counting:
-        _callgrind("on")
     cpu, wall = time.process_time(), time.perf_counter()
     await asyncio.gather(*(caller(per_caller) for _ in range(concurrency)))
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    if counting:
-        _callgrind("off")
     await life_in.put({"type": "lifespan.shutdown"})
     await life_out.get()
     await lifespan
@@ -126,12 +111,6 @@ def _loop_factory():
     return uvloop.new_event_loop
 
 
-def _callgrind(state: str) -> None:
-    """Switch callgrind's instrumentation of this process on or off (it waits until the switch is made)."""
-    subprocess.run(["callgrind_control", "--instr=" + state, str(os.getpid())], check=True,
-                   stdout=subprocess.DEVNULL, timeout=300)
-
-
 def run_child(root: Path, folder: Path, args) -> dict:
     env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "TESSERA_MODELS": json.dumps([{"path": str(folder), "name": "bench", "backend": "onnx",
@@ -141,21 +120,9 @@ def run_child(root: Path, folder: Path, args) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--requests", str(args.requests),
            "--batch", str(args.batch),
            "--concurrency", str(args.concurrency)] + (["--access-log"] if args.access_log else [])
-    counts = None
-    if args.instructions:
-        counts = Path(tempfile.mkdtemp(prefix="bench-callgrind-"))
-        env["BENCH_CALLGRIND"] = "1"
-        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={counts}/out",
-               f"--log-file={counts}/log", *cmd]
     out = subprocess.run(cmd, cwd=root, env=env, check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                         text=True, timeout=3600 if counts else 600)
-    cell = json.loads(out.stdout.strip().splitlines()[-1])
-    if counts is not None:
-        totals = [line for line in (counts / "out").read_text().splitlines() if line.startswith("totals:")]
-        per_caller = max(1, args.requests // args.concurrency)
-        cell["instructions_per_request"] = int(totals[-1].split()[1]) / (per_caller * args.concurrency)
-        shutil.rmtree(counts)
-    return cell
+                         text=True, timeout=600)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,9 +134,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=64, help="closed-loop callers")
     p.add_argument("--access-log", action="store_true",
                    help="write the access log (to the child's stderr, discarded); off by default")
-    p.add_argument("--instructions", action="store_true",
-                   help="count machine instructions per request under valgrind's callgrind instead of timing "
-                        "(steady on a machine whose speed drifts; ~50× slower: use fewer --requests)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
@@ -182,22 +146,17 @@ def main(argv: list[str] | None = None) -> int:
     folder = model_folder("near-free")
     sides = {"this": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
     cells: dict[str, list[dict]] = {name: [] for name in sides}
-    key, unit = (("instructions_per_request", "instructions") if args.instructions
-                 else ("us_cpu_per_request", "µs CPU"))
-    if args.instructions and shutil.which("valgrind") is None:
-        p.error("--instructions needs valgrind (apt-get install valgrind)")
     for r in range(1, args.rounds + 1):
         for name, root in sides.items():
             cell = run_child(root, folder, args)
             cells[name].append(cell)
-            figure = cell[key]
-            per_text = f" ({figure / args.batch:,.1f} per text)" if args.batch > 1 else ""
-            print(f"round {r} {name:8s}: {figure:,.0f} {unit} per request{per_text}, "
+            per_text = f" ({cell['us_cpu_per_request'] / args.batch:.1f} per text)" if args.batch > 1 else ""
+            print(f"round {r} {name:8s}: {cell['us_cpu_per_request']:.0f} µs CPU per request{per_text}, "
                   f"{cell['requests_per_s']:.0f} requests/s", flush=True)
     for name, cs in cells.items():
-        print(f"median {name:8s}: {statistics.median(c[key] for c in cs):,.0f} {unit} per request")
+        print(f"median {name:8s}: {statistics.median(c['us_cpu_per_request'] for c in cs):.0f} µs CPU per request")
     if "baseline" in cells:
-        ratios = [a[key] / b[key] for a, b in zip(cells["this"], cells["baseline"])]
+        ratios = [a["us_cpu_per_request"] / b["us_cpu_per_request"] for a, b in zip(cells["this"], cells["baseline"])]
         print("this ÷ baseline per round: " + ", ".join(f"{x:.2f}" for x in ratios)
               + f" (median {statistics.median(ratios):.2f})")
     return 0
