@@ -180,27 +180,30 @@ class OwnHandler(logging.StreamHandler):
 
     Access lines (:meth:`write_line`) written on an event loop's thread are held to the end of the loop's turn
     and written together: one ``write`` for the turn's lines where there was one per request (a batch of
-    one-text requests is answered in one turn, ~10 lines; the writes were 6–7% of such a request's CPU). They are
-    never held longer than that turn: a record logged meanwhile, from any thread, writes them first (the order
-    of lines is kept), and :meth:`flush` writes them too (logging's shutdown flushes every handler)."""
+    one-text requests is answered in one turn, ~10 lines; the writes were 6–7% of such a request's CPU). A
+    record logged meanwhile, from any thread, writes them first (the order of lines is kept), and :meth:`flush`
+    writes them too (logging's shutdown flushes every handler). Where the loop stopped before its turn ended (its
+    write never ran), the next line is held for the turn of the loop that writes it instead."""
 
     def __init__(self, stream=None) -> None:
         super().__init__(stream)
         self._held: list[str] = []
+        self._turn: asyncio.AbstractEventLoop | None = None  # the loop whose turn writes the lines held
 
     def write_line(self, line: str) -> None:
         """``line`` written as :meth:`emit` writes a formatted record: at the end of the running loop's turn,
         or now where no loop runs on this thread."""
         with self.lock:
-            held = self._held
-            held.append(line)
-            if len(held) > 1:
-                return  # the first line held has scheduled the write
+            self._held.append(line)
+            turn = self._turn
+            if turn is not None and turn.is_running():
+                return  # the first line held has scheduled the write on that loop
         try:
             loop = asyncio.get_running_loop()  # once per turn, not per line
         except RuntimeError:
             self._write_held()
             return
+        self._turn = loop
         loop.call_soon(self._write_held)
 
     def flush(self) -> None:
@@ -209,6 +212,7 @@ class OwnHandler(logging.StreamHandler):
                 text = self.terminator.join(self._held) + self.terminator
                 self._held.clear()
                 self.stream.write(text)
+            self._turn = None
             super().flush()
 
     def emit(self, record: logging.LogRecord) -> None:

@@ -141,3 +141,22 @@ def test_a_loop_turns_access_lines_go_out_in_one_write_and_nothing_overtakes_the
     writes = stream.writes
     handler.write_line("no loop")  # no loop on this thread: written at once
     assert stream.getvalue().endswith("no loop\n") and stream.writes == writes + 1
+
+
+def test_lines_held_for_a_loop_that_stopped_before_its_turn_ended_go_out_with_the_next_loops_turn():
+    """A loop stopped within the turn that held a line never runs that turn's write: the next line, on another
+    loop, is written at the end of that loop's turn with it (not held until some record or flush comes)."""
+    stream = _CountingStream()
+    handler = OwnHandler(stream)
+    first = asyncio.new_event_loop()
+    first.call_soon(lambda: (handler.write_line("held when the loop stopped"), first.stop()))
+    first.run_forever()
+    first.close()
+    assert stream.getvalue() == ""
+
+    async def main() -> None:
+        handler.write_line("the next line")
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+    assert stream.getvalue() == "held when the loop stopped\nthe next line\n" and stream.writes == 1
