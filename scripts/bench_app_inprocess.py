@@ -3,7 +3,8 @@
 in the count. The near-free model of scripts/bench_host_cpu.py (1 layer, hidden 32: what is left is the
 serving layer), ONNX Runtime's intra-op spinning off (its busy-waiting threads would otherwise dominate the
 process's CPU time), closed-loop callers sending POST /v1/embeddings through the ASGI app, on uvloop where it
-is installed (as the servers run). Each measurement runs in a fresh process; with ``--baseline DIR`` the same is measured from another checkout, interleaved.
+is installed (as the servers run). Each measurement runs in a fresh process; with ``--baseline DIR`` the same is
+measured from another checkout, interleaved.
 
     # this checkout against the commit before a change
     git worktree add --detach /tmp/before HEAD~1

@@ -151,8 +151,8 @@ def main() -> int:
         print(f"| {name} | {s['runtime']} | {s['python']} | {s['waiting']} | {s['samples']} "
               f"| {100 * s['samples'] / total:.1f} |")
     if args.native:  # C leaf frames would count as Python work above: the loop thread's own list instead
-        samples, frames = hottest_frames(raw)
-        print(f"\nthe event loop thread's hottest frames, C included (share of its {samples} samples):")
+        counted, frames = hottest_frames(raw)
+        print(f"\nthe event loop thread's hottest frames, C included (share of its {counted} samples):")
         for frame, share in frames:
             print(f"  {share:5.1f}%  {frame[:160]}")
         return 0
