@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from core.errors import InvalidInput, TooLarge
+from core.word_pieces import WordPieces
 
 
 @dataclass(slots=True)
@@ -159,15 +160,21 @@ def _zero_types(spec: dict) -> bool:
 FLAT_FROM = 8
 
 
+def _ids(encoding) -> list[int]:
+    """The ids of an encoding, or the ids themselves (a list: ``core.word_pieces``)."""
+    return encoding if encoding.__class__ is list else encoding.ids
+
+
 def as_encoded(encodings: Sequence, zero_types: bool = False) -> list["Encoded"]:
-    """``Encoded`` items of ``tokenizers`` encodings, their type ids zeros when ``zero_types``. From ``FLAT_FROM``
-    encodings on, their ids (and type ids) are read into one array each and every item is a view of its span:
-    0.9 against 1.6-2.2 µs a text at 32 texts; below that an array each is quicker (1.6 against 2.8 µs at one)."""
+    """``Encoded`` items of ``tokenizers`` encodings (or of lists of ids, where ``zero_types``), their type ids
+    zeros when ``zero_types``. From ``FLAT_FROM`` encodings on, their ids (and type ids) are read into one array
+    each and every item is a view of its span: 0.9 against 1.6-2.2 µs a text at 32 texts; below that an array
+    each is quicker (1.6 against 2.8 µs at one)."""
     if len(encodings) < FLAT_FROM:
-        return [Encoded(np.asarray(e.ids, dtype=np.int64),
+        return [Encoded(np.asarray(_ids(e), dtype=np.int64),
                         np.zeros(len(e), dtype=np.int64) if zero_types else np.asarray(e.type_ids, dtype=np.int64))
                 for e in encodings]
-    ids = [e.ids for e in encodings]
+    ids = [_ids(e) for e in encodings]
     ends = list(accumulate(map(len, ids)))
     total = ends[-1]
     flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=total)
@@ -188,9 +195,9 @@ def _guarded(encode, texts: Sequence[str], param: str, **kwargs):
 
 
 class TextTokenizer:
-    def __init__(self, folder: Path, max_length: int, *, twin: bool = True):
+    def __init__(self, folder: Path, max_length: int, *, twin: bool = True, memo: bool = True):
         """``twin=False``: every text through the folder's own tokenizer (``ascii_twin``; a benchmark's
-        before)."""
+        before); ``memo=False``: plain texts through the twin, not the memo of their words' pieces."""
         path = Path(folder) / "tokenizer.json"
         if not path.exists():
             raise InvalidInput(f"{folder} has no tokenizer.json (a fast tokenizer is required)")
@@ -208,6 +215,10 @@ class TextTokenizer:
         self._twins_lock = threading.Lock()
         self.vocab_size = self._truncating.get_vocab_size(with_added_tokens=True)
         self._zero_types = zero_type_ids(self._truncating)
+        # plain texts' ids from their words' pieces, kept once cut (the twin's normalizer: the same cuts)
+        memo = (WordPieces.of(self._truncating, lowercase=self._twin_of[0])
+                if self._twin_of is not None and self._zero_types and memo else None)
+        self._memo = memo if memo is not None and max_length > memo.specials else None
         self.pad_id = self._pad_id(folder)
 
     def _made(self, truncation: str, lowercase: bool | None = None):
@@ -241,12 +252,13 @@ class TextTokenizer:
         return twin
 
     def _encode(self, tokenizer, truncation: str, texts: list[str], param: str) -> list:
-        """``tokenizer``'s encodings of ``texts`` (no offsets); the plain ones through its twin where it has one."""
+        """``tokenizer``'s encodings of ``texts`` (no offsets), or their ids (a list) where the memo gives them; the
+        plain ones through the memo or the twin where the tokenizer has them."""
         if self._twin_of is None:
             return _guarded(_fast(tokenizer), texts, param)
         plain = self._twin_of[1]
         if plain("".join(texts)):  # every text plain (one pass over them all)
-            return _guarded(_fast(self._twin(truncation)), texts, param)
+            return self._plain(truncation, texts)
         simple: list[int] = []
         rest: list[int] = []
         for i, text in enumerate(texts):
@@ -254,11 +266,24 @@ class TextTokenizer:
         if not simple:
             return _guarded(_fast(tokenizer), texts, param)
         out: list = [None] * len(texts)
-        for i, enc in zip(simple, _fast(self._twin(truncation))([texts[i] for i in simple])):
+        for i, enc in zip(simple, self._plain(truncation, [texts[i] for i in simple])):
             out[i] = enc
         # a text that is not valid Unicode is among the rest: the error names its place in ``texts``
         for i, enc in zip(rest, _guarded(lambda _: _fast(tokenizer)([texts[i] for i in rest]), texts, param)):
             out[i] = enc
+        return out
+
+    def _plain(self, truncation: str, texts: list[str]) -> list:
+        """Plain texts' ids from the memo (``core.word_pieces``), the encodings of the texts it leaves from the
+        twin."""
+        if self._memo is None:
+            return _fast(self._twin(truncation))(texts)
+        keep = None if truncation == "full" else self.max_length - self._memo.specials
+        out = self._memo.encode(texts, keep, left=truncation == "left")
+        missed = [i for i, ids in enumerate(out) if ids is None]
+        if missed:
+            for i, enc in zip(missed, _fast(self._twin(truncation))([texts[i] for i in missed])):
+                out[i] = enc
         return out
 
     @property
@@ -291,9 +316,9 @@ class TextTokenizer:
         else:
             encodings = self._encode(self._full, "full", list(texts), param)
             for i, enc in enumerate(encodings if check_length else ()):
-                if len(enc.ids) > self.max_length:
+                if len(enc) > self.max_length:
                     raise TooLarge(
-                        f"input[{i}] has {len(enc.ids)} tokens, more than the model's maximum of "
+                        f"input[{i}] has {len(enc)} tokens, more than the model's maximum of "
                         f"{self.max_length}; send shorter text or set truncate=true",
                         param="input", code="input_too_long",
                     )

@@ -1,9 +1,11 @@
 #!/usr/bin/env python
-"""What tokenizing a text costs Tessera, with and without the tokenizer's plain-text twin
-(``core.tokenization.ascii_twin``): ``TextTokenizer.encode`` on the default model's tokenizer
-(all-MiniLM-L6-v2, truncating at its limit), in calls of 1 and of 32 texts, on plain short texts (the
-benchmarks' texts, printable ASCII: the twin takes them) and on the same texts with an accented word in each
-(the folder's tokenizer takes them either way: what a text the twin cannot take costs now).
+"""What tokenizing a text costs Tessera: through the folder's tokenizer, through its plain-text twin
+(``core.tokenization.ascii_twin``), and from the memo of words' pieces (``core.word_pieces``, the default):
+``TextTokenizer.encode`` on the default model's tokenizer (all-MiniLM-L6-v2, truncating at its limit), in calls
+of 1 and of 32 texts, on plain short texts (the benchmarks' texts, printable ASCII: the twin and the memo take
+them), on the same texts with an accented word in each (the folder's tokenizer takes them either way: what a text
+the others cannot take costs now), and on plain texts of words the memo does not hold, with the memo full (its
+worst case: each text is cut into words, then sent to the twin).
 
     .venv/bin/python scripts/bench_tokenizer.py
     .venv/bin/python scripts/bench_tokenizer.py --seconds 2 --repeats 7
@@ -14,6 +16,8 @@ Prints, per case, the best of ``--repeats`` interleaved repeats of CPU µs per t
 from __future__ import annotations
 
 import argparse
+import random
+import string
 import sys
 import time
 from pathlib import Path
@@ -44,28 +48,36 @@ def main() -> None:
     from benchmarks.texts import make_texts
     from core.config import default_model_path
     from core.loading import read_model_info
+    from core import word_pieces
     from core.tokenization import TextTokenizer
 
     folder = default_model_path()
     max_length = read_model_info(folder).max_length
-    with_twin = TextTokenizer(folder, max_length)
-    without = TextTokenizer(folder, max_length, twin=False)
+    tokenizers = {"folder's tokenizer": TextTokenizer(folder, max_length, twin=False),
+                  "the twin": TextTokenizer(folder, max_length, memo=False),
+                  "the memo": TextTokenizer(folder, max_length)}
+    full = TextTokenizer(folder, max_length)
+    rng = random.Random(0)
+    while len(full._memo._words) < word_pieces.CAPACITY:  # fill it with words the texts below never hold
+        full.encode([" ".join("".join(rng.choices(string.ascii_lowercase, k=12)) for _ in range(64))])
     plain = make_texts("short", 2048)
     accented = [text + " café" for text in plain]
+    unknown = [" ".join("".join(rng.choices(string.ascii_lowercase, k=rng.randint(3, 9))) for _ in range(10))
+               for _ in range(2048)]
     print(f"tokenizer: {folder}, truncating at {max_length} tokens; best of {args.repeats} × {args.seconds} s")
-    print("| texts | per call | µs CPU per text, folder's tokenizer | with the twin | with ÷ without |")
-    print("|---|---|---|---|---|")
-    for name, texts in (("plain (ASCII)", plain), ("one accented word each", accented)):
+    print("| texts | per call | µs CPU per text: the folder's tokenizer | the twin | the memo | memo ÷ twin |")
+    print("|---|---|---|---|---|---|")
+    for name, texts in (("plain (ASCII)", plain), ("one accented word each", accented),
+                        ("plain, words the full memo does not hold", unknown)):
+        cases = dict(tokenizers, **({"the memo": full} if texts is unknown else {}))
         for batch in (1, 32):
             chunks = [texts[i:i + batch] for i in range(0, len(texts) - batch + 1, batch)]
-            runs: dict[str, list[float]] = {"without": [], "with": []}
-            for _ in range(args.repeats):  # the two interleaved, so a change in the machine's pace hits both
-                runs["without"].append(cpu_per_text(without, chunks, args.seconds))
-                runs["with"].append(cpu_per_text(with_twin, chunks, args.seconds))
-            best = {label: min(values) for label, values in runs.items()}
-            print(f"| {name} | {batch} | {best['without']:.1f} | {best['with']:.1f} | "
-                  f"{best['with'] / best['without']:.2f} |")
-
+            runs: dict[str, list[float]] = {label: [] for label in cases}
+            for _ in range(args.repeats):  # interleaved, so a change in the machine's pace hits all
+                for label, tokenizer in cases.items():
+                    runs[label].append(cpu_per_text(tokenizer, chunks, args.seconds))
+            best = [min(values) for values in runs.values()]
+            print(f"| {name} | {batch} | {best[0]:.1f} | {best[1]:.1f} | {best[2]:.1f} | {best[2] / best[1]:.2f} |")
 
 if __name__ == "__main__":
     main()

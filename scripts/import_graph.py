@@ -31,7 +31,7 @@ TREES = ("core", "adapters")
 TOP_LEVEL = {
     "core: entry points": ("__main__", "cli", "cli_compat", "dev", "healthcheck"),
     "core: engine": ("engine", "batching", "preparing"),
-    "core: model files": ("hub", "loading", "tokenization"),
+    "core: model files": ("hub", "loading", "tokenization", "word_pieces"),
     "core: inputs and outputs": ("media", "quantize"),
     "core: process and devices": ("torch_thread", "devices", "cuda_driver", "snapshot", "frontends", "supervisor", "collector"),
     "core: foundation": ("errors", "capabilities", "logs", "metrics", "tracing", "request_context"),
