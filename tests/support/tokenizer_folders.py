@@ -21,3 +21,18 @@ def tokenizer_variant(out: Path, minilm_dir: Path, parts: dict) -> Path:
     spec.update(parts)
     (out / "tokenizer.json").write_text(json.dumps(spec))
     return out
+
+
+def reference_encodings(folder: Path, texts: list[str], truncation: str, max_length: int) -> list:
+    """The ``tokenizers`` library's own encodings of ``texts`` by ``folder``'s tokenizer.json, unpadded, truncating
+    at ``max_length`` from the ``right`` or ``left``, or not at all (``full``): what Tessera's tokenization must
+    give."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tok.no_padding()
+    if truncation == "full":
+        tok.no_truncation()
+    else:
+        tok.enable_truncation(max_length, direction=truncation)
+    return tok.encode_batch(texts)

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 
 from core.errors import InvalidInput
 from core.tokenization import TextTokenizer, ascii_twin, is_plain, is_plain_with_spaces
-from tests.support.tokenizer_folders import tokenizer_variant
+from tests.support.tokenizer_folders import reference_encodings, tokenizer_variant
 
 MAX_LENGTH = 24
 
@@ -53,13 +53,7 @@ def _folder(tmp_path, minilm_dir, normalizer: dict, pre: dict | None):
 
 
 def _reference(folder, texts, truncation):
-    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    tok.no_padding()
-    if truncation == "full":
-        tok.no_truncation()
-    else:
-        tok.enable_truncation(MAX_LENGTH, direction=truncation)
-    return [(e.ids, e.type_ids) for e in tok.encode_batch(texts)]
+    return [(e.ids, e.type_ids) for e in reference_encodings(folder, texts, truncation, MAX_LENGTH)]
 
 
 @pytest.mark.parametrize("name,normalizer,pre", VARIANTS, ids=[v[0] for v in VARIANTS])

@@ -10,11 +10,9 @@ import re
 import string
 
 import pytest
-from tokenizers import Tokenizer
-
 from core import word_pieces
 from core.tokenization import TextTokenizer, is_plain_with_spaces
-from tests.support.tokenizer_folders import tokenizer_variant
+from tests.support.tokenizer_folders import reference_encodings, tokenizer_variant
 
 MAX_LENGTH = 24
 UNCASED = {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True, "strip_accents": None,
@@ -42,13 +40,7 @@ def _texts(seed: int = 0, n: int = 400) -> list[str]:
 
 
 def _reference(folder, texts, truncation):
-    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    tok.no_padding()
-    if truncation == "full":
-        tok.no_truncation()
-    else:
-        tok.enable_truncation(MAX_LENGTH, direction=truncation)
-    return [e.ids for e in tok.encode_batch(texts)]
+    return [e.ids for e in reference_encodings(folder, texts, truncation, MAX_LENGTH)]
 
 
 def _ids(tokenizer, texts, truncation):
