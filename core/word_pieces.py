@@ -22,9 +22,9 @@ from typing import Sequence
 #: a run of ASCII letters and digits (a word), or one ASCII punctuation character (a word of its own): what
 #: ``BertPreTokenizer`` cuts printable ASCII into, the whitespace between them dropped
 _WORDS = re.compile(r"[0-9A-Za-z]+|[!-/:-@\[-`{-~]")
-#: at most this many words kept per tokenizer (~125 bytes a word of natural text, ~225 for a word of up to
-#: ``LONGEST_WORD`` random letters: 7 MB): past it, texts with new words go to the library, so a stream of words
-#: never seen again (ids, hashes) cannot grow the memo
+#: at most this many words kept per tokenizer (4.7 MB for all-MiniLM-L6-v2's 21,745 alphabetic vocabulary words,
+#: 7.7 MB for this many words of up to ``LONGEST_WORD`` random letters): past it, texts with new words go to the
+#: library, so a stream of words never seen again (ids, hashes) cannot grow the memo
 CAPACITY = 1 << 15
 #: longer words are not kept (a text with one goes to the library)
 LONGEST_WORD = 32
@@ -62,11 +62,10 @@ class WordPieces:
     """The memo of one tokenizer (``of`` says whether it has one). ``lowercase``: whether the tokenizer's
     normalizer lowercases plain text (the only change it may make to it: ``core.tokenization.ascii_twin``)."""
 
-    def __init__(self, model, lowercase: bool, before: list[int], after: list[int], added: Sequence[str],
-                 vocab_size: int):
+    def __init__(self, model, lowercase: bool, before: list[int], after: list[int], added: Sequence[str]):
         self._model = model
-        #: one int object per id, shared by every word that holds it
-        self._ints = list(range(vocab_size))
+        #: one int object per id seen, shared by every word that holds it
+        self._ints: dict[int, int] = {}
         self._lowercase = lowercase
         self._before = before
         self._after = after
@@ -93,8 +92,7 @@ class WordPieces:
         if specials is None:
             return None
         added = [token.content for token in tokenizer.get_added_tokens_decoder().values()]
-        return cls(tokenizer.model, lowercase, specials[0], specials[1], added,
-                   tokenizer.get_vocab_size(with_added_tokens=True))
+        return cls(tokenizer.model, lowercase, specials[0], specials[1], added)
 
     def encode(self, texts: Sequence[str], keep: int | None, left: bool = False) -> list[list[int] | None]:
         """Each plain text's ids, special tokens included, its own tokens cut to the first ``keep`` (the last
@@ -131,6 +129,6 @@ class WordPieces:
     def _learn(self, word: str) -> tuple[int, ...] | None:
         if len(word) > LONGEST_WORD or len(self._words) >= CAPACITY:
             return None
-        ints = self._ints
-        pieces = self._words[word] = tuple(ints[token.id] for token in self._model.tokenize(word))
+        share = self._ints.setdefault
+        pieces = self._words[word] = tuple(share(token.id, token.id) for token in self._model.tokenize(word))
         return pieces
