@@ -216,9 +216,9 @@ class TextTokenizer:
         self.vocab_size = self._truncating.get_vocab_size(with_added_tokens=True)
         self._zero_types = zero_type_ids(self._truncating)
         # plain texts' ids from their words' pieces, kept once cut (the twin's normalizer: the same cuts)
-        memo = (WordPieces.of(self._truncating, lowercase=self._twin_of[0])
-                if self._twin_of is not None and self._zero_types and memo else None)
-        self._memo = memo if memo is not None and max_length > memo.specials else None
+        found = (WordPieces.of(self._truncating, lowercase=self._twin_of[0])
+                 if self._twin_of is not None and self._zero_types and memo else None)
+        self._memo = found if found is not None and max_length > found.specials else None
         self.pad_id = self._pad_id(folder)
 
     def _made(self, truncation: str, lowercase: bool | None = None):

@@ -4,7 +4,8 @@ A BERT-style tokenizer (``BertPreTokenizer``, a ``WordPiece`` model) cuts a plai
 ``core.tokenization.is_plain``) into words at whitespace and at every ASCII punctuation character, and gives each
 word the same pieces wherever it stands. So once a word's pieces are known, a text made of known words needs no
 tokenizer call: its ids are its words' pieces one after the other, cut to the length the truncation keeps, between
-the post-processor's special tokens. The library's call costs 12-20 µs for a 10-word text (its normalizer,
+the post-processor's special tokens (where they go is read from the library, by tokenizing two texts with them and
+cutting them here). The library's call costs 12-20 µs for a 10-word text (its normalizer,
 pre-tokenizer and ``Encoding`` object); this costs 2-3. A word seen for the first time is cut by the tokenizer's
 own ``WordPiece`` model (``Model.tokenize``, ~3 µs) and kept.
 
@@ -30,32 +31,24 @@ CAPACITY = 1 << 15
 LONGEST_WORD = 32
 
 
-def _specials(spec: dict | None) -> tuple[list[int], list[int]] | None:
-    """The ids a post-processor puts before and after a single text's tokens, or None where it does more than
-    that (a type id other than 0 for the text, a pair-only template, an unknown kind)."""
-    if spec is None:
-        return [], []
-    kind = spec.get("type")
-    if kind == "BertProcessing":
-        return [int(spec["cls"][1])], [int(spec["sep"][1])]
-    if kind != "TemplateProcessing":
+#: texts the library tokenizes with its special tokens, to read where it puts them around this module's own cuts
+_PROBES = ("the", "the end, 2 more")
+
+
+def _around(tokenizer) -> tuple[list[int], list[int]] | None:
+    """The ids the tokenizer's post-processing puts before and after a single text's own tokens, read from the
+    library itself, or None where its output for the probes is not this module's cut of them between the same two
+    runs of ids."""
+
+    def cut(text: str) -> list[int]:
+        return [token.id for word in _WORDS.findall(text) for token in tokenizer.model.tokenize(word)]
+
+    bare, whole = cut(_PROBES[0]), tokenizer.encode(_PROBES[0]).ids
+    start = next((i for i in range(len(whole) - len(bare) + 1) if whole[i:i + len(bare)] == bare), None)
+    if not bare or start is None:
         return None
-    before: list[int] = []
-    after: list[int] = []
-    seen_text = False
-    for piece in spec.get("single") or ():
-        if "Sequence" in piece:
-            if seen_text or piece["Sequence"].get("id") != "A" or piece["Sequence"].get("type_id", 0) != 0:
-                return None
-            seen_text = True
-        elif "SpecialToken" in piece:
-            special = spec.get("special_tokens", {}).get(piece["SpecialToken"]["id"])
-            if special is None or piece["SpecialToken"].get("type_id", 0) != 0:
-                return None
-            (after if seen_text else before).extend(int(i) for i in special["ids"])
-        else:
-            return None
-    return (before, after) if seen_text else None
+    before, after = whole[:start], whole[start + len(bare):]
+    return (before, after) if tokenizer.encode(_PROBES[1]).ids == before + cut(_PROBES[1]) + after else None
 
 
 class WordPieces:
@@ -69,9 +62,9 @@ class WordPieces:
         self._lowercase = lowercase
         self._before = before
         self._after = after
-        #: what an added token could match in a lowercased text: a text that holds none of them is cut into words
-        #: by the pre-tokenizer alone (lowercased, so a case-sensitive match is found too)
-        self._added = (re.compile("|".join(re.escape(a) for a in sorted({a.lower() for a in added if a})))
+        #: what an added token could match in a text, in any case: a text that holds none of them is cut into words
+        #: by the pre-tokenizer alone (a case-sensitive match is found too)
+        self._added = (re.compile("|".join(re.escape(a) for a in sorted(set(added)) if a), re.IGNORECASE)
                        if any(added) else None)
         self._words: dict[str, tuple[int, ...]] = {}
         #: special tokens a single text gets: the truncation keeps ``max_length`` minus these of its own tokens
@@ -80,19 +73,19 @@ class WordPieces:
     @classmethod
     def of(cls, tokenizer, lowercase: bool) -> "WordPieces | None":
         """The memo of a ``tokenizers.Tokenizer`` whose normalizer leaves plain text as it is but for its case, or
-        None where its pre-tokenizer, model or post-processor is not one whose cuts this module knows."""
+        None where its pre-tokenizer or model is not one whose cuts this module knows, or its post-processing does
+        more than put the same ids around a text."""
         if tokenizer.pre_tokenizer is None or tokenizer.model is None:
             return None
         if json.loads(tokenizer.pre_tokenizer.__getstate__()).get("type") != "BertPreTokenizer":
             return None
         if json.loads(tokenizer.model.__getstate__()).get("type") != "WordPiece":
             return None
-        processor = tokenizer.post_processor
-        specials = _specials(json.loads(processor.__getstate__()) if processor is not None else None)
-        if specials is None:
+        around = _around(tokenizer)
+        if around is None:
             return None
         added = [token.content for token in tokenizer.get_added_tokens_decoder().values()]
-        return cls(tokenizer.model, lowercase, specials[0], specials[1], added)
+        return cls(tokenizer.model, lowercase, around[0], around[1], added)
 
     def encode(self, texts: Sequence[str], keep: int | None, left: bool = False) -> list[list[int] | None]:
         """Each plain text's ids, special tokens included, its own tokens cut to the first ``keep`` (the last
@@ -106,7 +99,7 @@ class WordPieces:
         for text in texts:
             if self._lowercase:
                 text = text.lower()
-            if added is not None and added.search(text if self._lowercase else text.lower()):
+            if added is not None and added.search(text):
                 out.append(None)
                 continue
             ids: list[int] = []

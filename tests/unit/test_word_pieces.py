@@ -125,8 +125,14 @@ def test_an_added_token_is_matched_by_the_library_not_cut_by_the_memo(tmp_path, 
                                                  {"Sequence": {"id": "A", "type_id": 1}}],
         "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
         "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [101], "tokens": ["[CLS]"]}}}},
+    {"normalizer": UNCASED, "post_processor": {  # the text twice: not the same ids around it
+        "type": "TemplateProcessing", "single": [{"Sequence": {"id": "A", "type_id": 0}},
+                                                 {"SpecialToken": {"id": "[SEP]", "type_id": 0}},
+                                                 {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 0}}],
+        "special_tokens": {"[SEP]": {"id": "[SEP]", "ids": [102], "tokens": ["[SEP]"]}}}},
     {"normalizer": {"type": "Lowercase"}},  # no twin: as cheap as it would be
-], ids=["whitespace-pre-tokenizer", "metaspace", "type-id-1", "no-twin"])
+], ids=["whitespace-pre-tokenizer", "metaspace", "type-id-1", "text-twice", "no-twin"])
 def test_no_memo_where_its_cuts_are_not_the_tokenizers(tmp_path, minilm_dir, parts):
     folder = tokenizer_variant(tmp_path / "tok", minilm_dir, parts)
     tokenizer = TextTokenizer(folder, MAX_LENGTH)
