@@ -100,7 +100,7 @@ async def until_disconnect(request: Request, work: Coroutine[Any, Any, T]) -> T:
     """Await ``work`` (a task of its own); if the client disconnects first, cancel it (its queued items are then
     dropped) and raise ``ClientClosed``. The watcher starts once the work has run ``WATCH_AFTER_S``."""
     # the loop looked up once: on Python 3.11 each lookup (get_running_loop, current_task, ensure_future,
-    # create_task) makes a getpid() system call: 8% of a one-text request's CPU where five were made
+    # create_task) makes a getpid() system call (~0.2 µs; five were made)
     loop = asyncio.get_running_loop()
     task = loop.create_task(work)
     watcher: asyncio.Future | None = None
