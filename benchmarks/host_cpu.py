@@ -9,7 +9,8 @@ Tessera and Infinity interleaved in one run on loopback (``scripts/bench_host_cp
   built once from a config under ``.venv/models/``
 - ``model_folder``: the one folder both servers load (the model's files and its plain fp32 ONNX graph)
 - ``measure``: one closed-loop cell run by a load generator in its own process, the server tree's CPU
-  read at the window's start and end; ``run``: the whole interleaved run; ``tokenizer_floor``,
+  read at the window's start and end; ``batch_counts``: a Tessera server's batches from its ``/metrics``, read
+  around each of its cells (how large the batches it formed were); ``run``: the whole interleaved run; ``tokenizer_floor``,
   ``response_floor``: what tokenizing a text and encoding an answer cost at least
 """
 
@@ -242,6 +243,42 @@ def measure(pool: ProcessPoolExecutor, processes: int, url: str, pid: int, texts
     }
 
 
+#: a Tessera server's batch counters in its /metrics (every model's series summed)
+BATCH_COUNTERS = {"tessera_batch_size_count": "batches", "tessera_batch_size_sum": "items",
+                  "tessera_batch_padded_tokens_sum": "padded tokens"}
+
+
+def batch_counts(url: str) -> dict[str, float] | None:
+    """The batches a Tessera server has run so far, the items in them and their padded tokens, from its
+    ``/metrics`` (None where it answers none: another server, or a layout whose batches are counted elsewhere)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+            text = response.read().decode()
+    except (urllib.error.URLError, OSError):
+        return None
+    counts = dict.fromkeys(BATCH_COUNTERS.values(), 0.0)
+    seen = False
+    for line in text.splitlines():
+        name, _, rest = line.partition("{")
+        key = BATCH_COUNTERS.get(name if rest else line.split(" ", 1)[0])
+        if key is not None:
+            counts[key] += float(line.rsplit(" ", 1)[1])
+            seen = True
+    return counts if seen else None
+
+
+def batch_shape(before: dict | None, after: dict | None) -> dict:
+    """What a cell's batches were: how many, their items and padded tokens on average (None where unknown)."""
+    batches = after["batches"] - before["batches"] if before and after else 0
+    if not batches:
+        return {"batches": None, "items/batch": None, "padded/batch": None}
+    return {"batches": int(batches), "items/batch": (after["items"] - before["items"]) / batches,
+            "padded/batch": (after["padded tokens"] - before["padded tokens"]) / batches}
+
+
 # ---- the whole run ---------------------------------------------------------------------------------------
 
 def start(server: str, folder: Path, port: int, infinity_bin: str | None, tessera_env: dict | None = None,
@@ -325,14 +362,17 @@ def run(models: list[str], servers: list[str], batches: list[int], concurrency: 
                             s = running[server]
                             load0 = os.getloadavg()[0]
                             others = {o: tree_cpu(running[o]["proc"].pid) for o in running if o != server}
+                            batches0 = batch_counts(s["url"]) if s["output"] is not None else None
                             cell = measure(pool, clients, s["url"], s["proc"].pid, texts, kind, batch,
                                            concurrency, duration, dim)
+                            batches1 = batch_counts(s["url"]) if batches0 is not None else None
                             after = {o: tree_cpu(running[o]["proc"].pid) for o in others}
                             idle = sum(after[o] - cpu for o, cpu in others.items()
                                        if cpu is not None and after[o] is not None)
                             cell = {"model": model, "server": server, "round": r, **cell, "load1": load0,
                                     "server procs": len(tree_pids(s["proc"].pid)),
-                                    "idle servers cores": idle / cell["seconds"] if cell["seconds"] else None}
+                                    "idle servers cores": idle / cell["seconds"] if cell["seconds"] else None,
+                                    **batch_shape(batches0, batches1)}
                             result["cells"].append(cell)
                             log(cell_line(cell))
                 for server, s in running.items():
@@ -355,7 +395,8 @@ def run(models: list[str], servers: list[str], batches: list[int], concurrency: 
     return result
 
 
-FIGURES = ("us/emb", "us/req", "emb/s", "cores", "loadgen cores", "idle servers cores", "p50 ms", "load1")
+FIGURES = ("us/emb", "us/req", "emb/s", "cores", "loadgen cores", "idle servers cores", "p50 ms", "load1",
+           "items/batch")
 
 
 def medians(cells: list[dict]) -> list[dict]:
@@ -367,7 +408,7 @@ def medians(cells: list[dict]) -> list[dict]:
     for (model, batch, server), group in groups.items():
         row = {"model": model, "batch": batch, "server": server, "rounds": len(group)}
         for key in FIGURES:
-            values = [c[key] for c in group if c[key] is not None]
+            values = [c[key] for c in group if c.get(key) is not None]
             row[key] = statistics.median(values) if values else None
         row["requests"] = sum(c["requests"] for c in group)
         row["embeddings"] = sum(c["embeddings"] for c in group)
@@ -384,15 +425,16 @@ def cell_line(c: dict) -> str:
             f"{f(c['us/emb'], '.0f')} µs/emb, {f(c['us/req'], '.0f')} µs/req, {f(c['emb/s'], '.0f')} emb/s, "
             f"{f(c['cores'], '.2f')} cores busy in {c['server procs']} process(es) (load generator "
             f"{f(c['loadgen cores'], '.2f')}, idle servers {f(c['idle servers cores'], '.2f')}), "
-            f"{c['requests']} req, {c['embeddings']} emb, {c['errors']} errors, load {c['load1']:.1f}")
+            f"{c['requests']} req, {c['embeddings']} emb, {c['errors']} errors, load {c['load1']:.1f}"
+            + (f", {c['items/batch']:.1f} items a batch" if c.get("items/batch") is not None else ""))
 
 
 def markdown(result: dict) -> str:
     """The medians, the ratios Tessera / Infinity, and the floors as Markdown tables."""
     lines = ["| model | texts/req | server | µs CPU per embedding | µs CPU per request | emb/s | cores busy "
              "| load generator cores (not counted) | idle servers cores | p50 ms | requests | embeddings | errors "
-             "| load 1 min |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| load 1 min | items per batch |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def f(v, fmt):
         return "" if v is None else format(v, fmt)
@@ -402,7 +444,7 @@ def markdown(result: dict) -> str:
                      f"{f(r['us/req'], '.0f')} | {f(r['emb/s'], '.0f')} | {f(r['cores'], '.2f')} | "
                      f"{f(r['loadgen cores'], '.2f')} | {f(r['idle servers cores'], '.2f')} | "
                      f"{f(r['p50 ms'], '.1f')} | {r['requests']} | {r['embeddings']} | {r['errors']} | "
-                     f"{f(r['load1'], '.1f')} |")
+                     f"{f(r['load1'], '.1f')} | {f(r.get('items/batch'), '.1f')} |")
     by = {(r["model"], r["batch"], r["server"]): r for r in result["medians"]}
     ratios = []
     for other, label in (("infinity", "Infinity"), ("baseline", "the baseline"), ("bare", "the bare ASGI app")):

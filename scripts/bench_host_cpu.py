@@ -21,8 +21,9 @@ texts (``--texts long`` or ``mixed`` for others), closed-loop clients.
 
 Figures per cell: µs of server CPU per embedding and per request (user + system time of the server process
 and all its descendants, children that exited included, read from /proc at the start and end of the
-measured window ÷ what was answered in it), embeddings/s, cores busy (CPU seconds ÷ wall seconds). The
-load generator (aiohttp) runs in processes of its own, outside the server's tree: its CPU is not counted,
+measured window ÷ what was answered in it), embeddings/s, cores busy (CPU seconds ÷ wall seconds), and for
+Tessera the items a batch it formed (its /metrics read before and after the cell: two rounds of one shape that
+differ in CPU but not in their batches differ in the machine, not in the batching). The load generator (aiohttp) runs in processes of its own, outside the server's tree: its CPU is not counted,
 it is shown beside. Then the medians over the rounds, Tessera ÷ each other server per round, and the
 floors: tokenizer µs per text and base64 + JSON µs per embedding on the same texts, measured in-process
 with the servers stopped. The machine's load average is printed with every cell: on a shared machine read the

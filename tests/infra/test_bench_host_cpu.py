@@ -91,7 +91,13 @@ def test_quick_run_against_tessera_prints_figures_that_add_up(tmp_path):
         assert math.isclose(c["cores"], c["server cpu s"] / c["seconds"], rel_tol=1e-9)
         assert math.isclose(c["emb/s"], c["embeddings"] / c["seconds"], rel_tol=1e-9)
         assert c["cores"] <= result["cpus"] * 1.1  # a process tree cannot use more than the machine has
-    assert [(m["batch"], m["embeddings"]) for m in result["medians"]] == [(c["batch"], c["embeddings"]) for c in cells]
+        # the batches it formed, from its /metrics around the cell: at least the cell's embeddings in them
+        # (the load generator's warm-up requests too), never more items a batch than texts in flight
+        assert c["batches"] >= 1 and c["items/batch"] * c["batches"] >= c["embeddings"]
+        assert 1 <= c["items/batch"] <= 8 * c["batch"] and c["padded/batch"] >= c["items/batch"]
+    assert [(m["batch"], m["embeddings"], m["items/batch"]) for m in result["medians"]] == [
+        (c["batch"], c["embeddings"], c["items/batch"]) for c in cells]
+    assert "items a batch" in proc.stdout and "items per batch" in proc.stdout
     assert len(result["floors"]) == 2
     for floor in result["floors"]:
         assert _positive(floor["tokenizer us/text"]) and _positive(floor["response us/emb"])
@@ -140,6 +146,49 @@ def test_the_baseline_takes_its_own_model_options(tmp_path):
 
     assert spec({"ort_spin": True})["ort_spin"] is True
     assert spec(None)["ort_spin"] == "run"
+
+
+def test_batch_counts_read_every_models_series_and_nothing_else(tmp_path):
+    """``batch_counts`` sums the batch counters of every model in a server's /metrics (Prometheus's text
+    format) and answers None where a server has none, or answers nothing."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from benchmarks.host_cpu import batch_counts, batch_shape
+
+    pages = {
+        "/a/metrics": "\n".join([
+            "# HELP tessera_batch_size items per batch", "# TYPE tessera_batch_size histogram",
+            'tessera_batch_size_bucket{le="1.0",model="a"} 2.0', 'tessera_batch_size_count{model="a"} 4.0',
+            'tessera_batch_size_sum{model="a"} 40.0', 'tessera_batch_size_count{model="b"} 1.0',
+            'tessera_batch_size_sum{model="b"} 3.0', 'tessera_batch_size_created{model="a"} 1.7e9',
+            'tessera_batch_padded_tokens_sum{model="a"} 500.0', 'tessera_batch_tokens_sum{model="a"} 450.0']),
+        "/b/metrics": "# HELP something_else x\nsomething_else 1.0",
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = pages.get(self.path)
+            self.send_response(200 if body else 404)
+            self.end_headers()
+            self.wfile.write((body or "").encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        counts = batch_counts(f"{url}/a")
+        assert counts == {"batches": 5.0, "items": 43.0, "padded tokens": 500.0}
+        assert batch_counts(f"{url}/b") is None and batch_counts(f"{url}/missing") is None
+        later = {"batches": 9.0, "items": 83.0, "padded tokens": 900.0}
+        assert batch_shape(counts, later) == {"batches": 4, "items/batch": 10.0, "padded/batch": 100.0}
+        assert batch_shape(counts, counts)["items/batch"] is None and batch_shape(None, later)["batches"] is None
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_the_bare_asgi_floor_answers_what_the_load_generator_verifies():
