@@ -347,12 +347,12 @@ def run(models: list[str], servers: list[str], batches: list[int], concurrency: 
             try:
                 for server in servers:
                     port = free_port()
-                    logged = server in ("tessera", "baseline") or FRONTENDS_SERVER.match(server) is not None
-                    output = open(log_dir / f"{model}-{server}.log", "w") if logged else None
+                    tessera = server in ("tessera", "baseline") or FRONTENDS_SERVER.match(server) is not None
+                    output = open(log_dir / f"{model}-{server}.log", "w") if tessera else None
                     proc, health = start(server, folder, port, infinity_bin, tessera_env, output, tessera_options,
                                          baseline, baseline_options)
                     url = f"http://127.0.0.1:{port}"
-                    running[server] = {"proc": proc, "url": url, "output": output}
+                    running[server] = {"proc": proc, "url": url, "output": output, "tessera": tessera}
                     ready = wait_ready(url, proc, 300, path=health)
                     log(f"{model}: {server} ready after {ready:.1f} s (pid {proc.pid})")
                     result["servers"][f"{model}/{server}"] = {"start_s": ready}
@@ -362,7 +362,7 @@ def run(models: list[str], servers: list[str], batches: list[int], concurrency: 
                             s = running[server]
                             load0 = os.getloadavg()[0]
                             others = {o: tree_cpu(running[o]["proc"].pid) for o in running if o != server}
-                            batches0 = batch_counts(s["url"]) if s["output"] is not None else None
+                            batches0 = batch_counts(s["url"]) if s["tessera"] else None
                             cell = measure(pool, clients, s["url"], s["proc"].pid, texts, kind, batch,
                                            concurrency, duration, dim)
                             batches1 = batch_counts(s["url"]) if batches0 is not None else None
@@ -408,7 +408,7 @@ def medians(cells: list[dict]) -> list[dict]:
     for (model, batch, server), group in groups.items():
         row = {"model": model, "batch": batch, "server": server, "rounds": len(group)}
         for key in FIGURES:
-            values = [c[key] for c in group if c.get(key) is not None]
+            values = [c[key] for c in group if c[key] is not None]
             row[key] = statistics.median(values) if values else None
         row["requests"] = sum(c["requests"] for c in group)
         row["embeddings"] = sum(c["embeddings"] for c in group)
@@ -426,7 +426,7 @@ def cell_line(c: dict) -> str:
             f"{f(c['cores'], '.2f')} cores busy in {c['server procs']} process(es) (load generator "
             f"{f(c['loadgen cores'], '.2f')}, idle servers {f(c['idle servers cores'], '.2f')}), "
             f"{c['requests']} req, {c['embeddings']} emb, {c['errors']} errors, load {c['load1']:.1f}"
-            + (f", {c['items/batch']:.1f} items a batch" if c.get("items/batch") is not None else ""))
+            + (f", {c['items/batch']:.1f} items a batch" if c["items/batch"] is not None else ""))
 
 
 def markdown(result: dict) -> str:
@@ -444,7 +444,7 @@ def markdown(result: dict) -> str:
                      f"{f(r['us/req'], '.0f')} | {f(r['emb/s'], '.0f')} | {f(r['cores'], '.2f')} | "
                      f"{f(r['loadgen cores'], '.2f')} | {f(r['idle servers cores'], '.2f')} | "
                      f"{f(r['p50 ms'], '.1f')} | {r['requests']} | {r['embeddings']} | {r['errors']} | "
-                     f"{f(r['load1'], '.1f')} | {f(r.get('items/batch'), '.1f')} |")
+                     f"{f(r['load1'], '.1f')} | {f(r['items/batch'], '.1f')} |")
     by = {(r["model"], r["batch"], r["server"]): r for r in result["medians"]}
     ratios = []
     for other, label in (("infinity", "Infinity"), ("baseline", "the baseline"), ("bare", "the bare ASGI app")):
