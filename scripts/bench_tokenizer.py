@@ -46,9 +46,9 @@ def main() -> None:
     args = p.parse_args()
 
     from benchmarks.texts import make_texts
+    from core import word_pieces
     from core.config import default_model_path
     from core.loading import read_model_info
-    from core import word_pieces
     from core.tokenization import TextTokenizer
 
     folder = default_model_path()
@@ -78,6 +78,7 @@ def main() -> None:
                     runs[label].append(cpu_per_text(tokenizer, chunks, args.seconds))
             best = [min(values) for values in runs.values()]
             print(f"| {name} | {batch} | {best[0]:.1f} | {best[1]:.1f} | {best[2]:.1f} | {best[2] / best[1]:.2f} |")
+
 
 if __name__ == "__main__":
     main()

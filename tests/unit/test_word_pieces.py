@@ -10,6 +10,7 @@ import re
 import string
 
 import pytest
+
 from core import word_pieces
 from core.tokenization import TextTokenizer, is_plain_with_spaces
 from tests.support.tokenizer_folders import reference_encodings, tokenizer_variant
