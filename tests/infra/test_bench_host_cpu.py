@@ -148,7 +148,7 @@ def test_the_baseline_takes_its_own_model_options(tmp_path):
     assert spec(None)["ort_spin"] == "run"
 
 
-def test_batch_counts_read_every_models_series_and_nothing_else(tmp_path):
+def test_batch_counts_read_every_models_series_and_nothing_else():
     """``batch_counts`` sums the batch counters of every model in a server's /metrics (Prometheus's text
     format) and answers None where a server has none, or answers nothing."""
     import threading
