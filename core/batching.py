@@ -21,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from bisect import bisect_left, bisect_right
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any, Callable, Mapping, Sequence
 
 from core.errors import BackendFailure, NotReady, Overloaded, TesseraError, Timeout
@@ -393,47 +395,73 @@ class Batcher:
     def _take(self) -> list[_Slot]:
         """Pop the next batch: from the queue's head, drop dead work until ``window`` live items of the oldest
         live item's group are in view, then pick by length around the oldest. Only that head is walked: the
-        queue may hold thousands of items (a cancelled request's stop counting at once, by ``_forget``). A
-        request's items lie next to each other in the queue, so whether it is still wanted is asked once per
-        run of them."""
+        queue may hold thousands of items (a cancelled request's stop counting at once, by ``_forget``).
+
+        The walk goes a request at a time: a request's queued items lie next to each other (``submit`` appends
+        them together, and taking items out of the queue keeps the order of the rest), and ``queued`` counts
+        them, so whether a request is still wanted is asked once and its items are kept or dropped as one slice
+        (at 32 texts a request, a 256-item window is 8 steps, not 256). Where the queue does not show that run,
+        the walk goes one item at a time."""
         now = time.monotonic()
         queue = self._queue
+        end = len(queue)
+        window = self.window
         kept: list[_Slot] = []  # the live items walked, in order
         group: Any = _NO_GROUP
         in_group = 0  # of them, the oldest live item's group's
-        walked = 0
-        live: _Request | None = None  # the request of the last item found live
-        for slot in queue:
-            walked += 1
+        one_group = True  # every kept item is of that group
+        at = 0  # the walk's place in the queue
+        while at < end:
+            slot = queue[at]
             req = slot.request
-            if req is not live:
-                if req.done():
-                    req.queued -= 1
-                    if req.cancelled:
-                        self._dead -= 1
+            run = req.queued
+            if run < 1 or at + run > end or queue[at + run - 1].request is not req:
+                run = 1
+            if req.done():
+                req.queued -= run
+                at += run
+                if req.cancelled:
+                    self._dead -= run
+                    for _ in range(run):
                         self._dropped("cancelled")
-                    continue
-                if req.deadline is not None and now > req.deadline:
-                    req.queued -= 1
-                    self._dropped("deadline")
-                    req.future.set_exception(Timeout("the request's deadline passed while it was queued"))
-                    continue
-                live = req
-                if group is _NO_GROUP:
-                    group = slot.group  # the oldest item's group: nobody starves, groups never mix
-            kept.append(slot)
-            if slot.group == group:
-                in_group += 1
-                if in_group == self.window:
-                    break
+                continue
+            if req.deadline is not None and now > req.deadline:
+                req.queued -= run
+                at += run
+                self._dropped("deadline")
+                req.future.set_exception(Timeout("the request's deadline passed while it was queued"))
+                continue
+            if group is _NO_GROUP:
+                group = slot.group  # the oldest item's group: nobody starves, groups never mix
+            if slot.group != group:
+                one_group = False
+                kept.extend(queue[at:at + run])
+                at += run
+                continue
+            run = min(run, window - in_group)
+            kept.extend(queue[at:at + run])
+            at += run
+            in_group += run
+            if in_group == window:
+                break
         if not kept:
-            self._queue = queue[walked:]
+            self._queue = queue[at:]
             return []
-        chosen = self._around_oldest(kept if in_group == len(kept) else [s for s in kept if s.group == group])
+        candidates = kept if one_group else [s for s in kept if s.group == group]
+        places = self._around_oldest([s.cost for s in candidates])
+        chosen = [candidates[i] for i in places]
         for slot in chosen:
             slot.request.queued -= 1
-        picked = set(map(id, chosen))
-        self._queue = [s for s in kept if id(s) not in picked] + queue[walked:]
+        if one_group:
+            left = bytearray(b"\x01") * len(kept)
+            for i in places:
+                left[i] = 0
+            rest = list(compress(kept, left))
+        else:
+            picked = set(map(id, chosen))
+            rest = [s for s in kept if id(s) not in picked]
+        rest += queue[at:]
+        self._queue = rest
         return chosen
 
     def _forget(self, req: _Request) -> None:
@@ -441,17 +469,22 @@ class Batcher:
         stop counting at once (``depth``, the 429 bound), and ``_take`` drops them when it walks past them."""
         self._dead += req.queued
 
-    def _around_oldest(self, window: list[_Slot]) -> list[_Slot]:
-        """Grow a batch from the oldest item through its length-neighbours within the budget, always
-        adding the neighbour that adds the least padding, and none that would more than double its own
-        work in padding (plus ``PAD_SLACK`` tokens): a long item does not join a batch of short ones."""
-        costs = [s.cost for s in window]
-        order = sorted(range(len(window)), key=costs.__getitem__)
-        ordered = [costs[i] for i in order]  # the costs, shortest first
-        lo = hi = order.index(0)  # the oldest item's place
-        longest = ordered[lo]
-        budget, last = self.max_batch_tokens, len(ordered) - 1
-        while hi - lo + 1 < self.max_batch_size:
+    def _around_oldest(self, costs: list[int]) -> list[int]:
+        """The places in ``costs`` (the window's items', oldest first) of the batch grown from the oldest item
+        through its length-neighbours within the budget, always adding the neighbour that adds the least
+        padding, and none that would more than double its own work in padding (plus ``PAD_SLACK`` tokens): a
+        long item does not join a batch of short ones. In length order, shortest first (a stable sort).
+
+        Longer neighbours as long as the longest item add no padding: they join as one step, as many as the
+        budget and ``max_batch_size`` allow, where one at a time would choose the same ones (short texts often
+        share a length, so a batch of 40 is a handful of steps)."""
+        order = sorted(range(len(costs)), key=costs.__getitem__)
+        ordered = sorted(costs)  # the costs in that order
+        lo = hi = bisect_left(ordered, costs[0])  # the oldest item's place: the first of its length (stable)
+        longest = ordered[lo]  # always ordered[hi]
+        budget, most, last = self.max_batch_tokens, self.max_batch_size, len(ordered) - 1
+        room = min(most, budget // longest) if longest else most  # items a batch of this longest may hold
+        while hi - lo + 1 < most:
             size = hi - lo + 2
             down = up = None  # the padding that the shorter / the longer neighbour would add
             if lo > 0 and size * longest <= budget:
@@ -459,15 +492,19 @@ class Batcher:
                 if longest - cost <= cost + PAD_SLACK:
                     down = longest - cost
             if hi < last:
-                cand = max(longest, ordered[hi + 1])
+                cand = ordered[hi + 1]
                 added = (cand - longest) * (size - 1)
                 if size * cand <= budget and added <= cand + PAD_SLACK:
                     up = added
             if down is not None and (up is None or down <= up):  # the least padding; the shorter on a tie
-                lo -= 1
+                lo -= 1  # (never as long as the longest: the batch starts at the first item of its length)
             elif up is not None:
-                hi += 1
-                longest = max(longest, ordered[hi])
+                if up == 0:  # every item above as long as the longest, as far as the batch has room
+                    hi = min(bisect_right(ordered, longest, hi) - 1, lo + room - 1)
+                else:
+                    hi += 1
+                    longest = ordered[hi]
+                    room = min(most, budget // longest) if longest else most
             else:
                 break
-        return [window[i] for i in order[lo : hi + 1]]
+        return order[lo : hi + 1]

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
 
 import pytest
 
 from core.batching import PAD_SLACK, Batcher, _Request, _Slot
+from core.errors import Timeout
 
 
 def reference(queue: list[_Slot], now: float, *, window: int, size: int, budget: int):
@@ -123,3 +125,70 @@ def test_the_window_holds_four_batches_of_items_whatever_their_length():
         assert [s.item for s in batcher._queue] == [i for i in range(len(costs)) if i not in (0, 16, 17)]
 
     asyncio.run(main())
+
+
+def queue_runs(queue: list[_Slot]) -> dict[_Request, list[int]]:
+    """Each request's queued items' indices, asserting that they lie next to each other in the queue."""
+    runs: dict[_Request, list[int]] = {}
+    previous = None
+    for slot in queue:
+        if slot.request is not previous:
+            assert slot.request not in runs, "a request's queued items are split by another's"
+            runs[slot.request] = []
+            previous = slot.request
+        runs[slot.request].append(slot.index)
+    return runs
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_requests_queued_items_stay_next_to_each_other(seed):
+    """What ``_take``'s walk rests on (it keeps or drops a request's items as one slice): through submits,
+    cancellations, deadlines and batches taken, each request's queued items lie next to each other, in order, and
+    its ``queued`` counts them. Driven through ``submit`` and the batcher's own loop; every answer is checked."""
+    rng = random.Random(seed)
+    gate = threading.Event()
+
+    def run_batch(items):
+        gate.wait(5)
+        return [("out", item) for item in items]
+
+    async def main():
+        batcher = Batcher(run_batch, max_batch_tokens=64, max_batch_size=8, max_queue_items=10**6)
+        await batcher.start()
+        submitted: list[tuple[asyncio.Task, list]] = []
+        checks = 0
+        for _ in range(25):
+            for _ in range(rng.randint(1, 6)):
+                n = rng.choice([1, 1, 2, 5, 32])
+                items = [(len(submitted), i) for i in range(n)]
+                deadline = time.monotonic() + (0.002 if rng.random() < 0.1 else 60)
+                task = asyncio.create_task(batcher.submit(items, costs=[rng.randint(1, 20) for _ in range(n)],
+                                                          deadline=deadline))
+                submitted.append((task, items))
+            await asyncio.sleep(0)  # they queue their items
+            for task, _ in rng.sample(submitted, k=min(2, len(submitted))):
+                task.cancel()
+            await asyncio.sleep(0)
+            for phase in range(2):
+                runs = queue_runs(batcher._queue)
+                for req, indices in runs.items():
+                    assert indices == sorted(indices)
+                    assert req.queued == len(indices)
+                checks += len(runs)
+                if phase == 0:  # let a few batches run, then hold the next one again
+                    gate.set()
+                    await asyncio.sleep(0.003)
+                    gate.clear()
+        gate.set()
+        await asyncio.gather(*(task for task, _ in submitted), return_exceptions=True)
+        answered = 0
+        for task, items in submitted:
+            if task.cancelled() or isinstance(task.exception(), Timeout):
+                continue
+            assert task.result() == [("out", item) for item in items]
+            answered += 1
+        await batcher.stop()
+        return checks, answered
+
+    checks, answered = asyncio.run(main())
+    assert checks > 0 and answered > 0
