@@ -400,8 +400,9 @@ class Batcher:
         The walk goes a request at a time: a request's queued items lie next to each other (``submit`` appends
         them together, and taking items out of the queue keeps the order of the rest), and ``queued`` counts
         them, so whether a request is still wanted is asked once and its items are kept or dropped as one slice
-        (at 32 texts a request, a 256-item window is 8 steps, not 256). Where the queue does not show that run,
-        the walk goes one item at a time."""
+        (at 32 texts a request, a 256-item window is 8 steps, not 256). Where the count does not fit the queue
+        (it would reach past the end, or the item it ends at is another request's), the walk goes one item at a
+        time."""
         now = time.monotonic()
         queue = self._queue
         end = len(queue)
@@ -415,7 +416,7 @@ class Batcher:
             slot = queue[at]
             req = slot.request
             run = req.queued
-            if run < 1 or at + run > end or queue[at + run - 1].request is not req:
+            if run != 1 and (run < 1 or at + run > end or queue[at + run - 1].request is not req):
                 run = 1
             if req.done():
                 req.queued -= run
@@ -438,8 +439,11 @@ class Batcher:
                 kept.extend(queue[at:at + run])
                 at += run
                 continue
-            run = min(run, window - in_group)
-            kept.extend(queue[at:at + run])
+            if run == 1:  # one text a request: an append costs less than a slice
+                kept.append(slot)
+            else:
+                run = min(run, window - in_group)
+                kept.extend(queue[at:at + run])
             at += run
             in_group += run
             if in_group == window:
