@@ -410,7 +410,6 @@ class Batcher:
         kept: list[_Slot] = []  # the live items walked, in order
         group: Any = _NO_GROUP
         in_group = 0  # of them, the oldest live item's group's
-        one_group = True  # every kept item is of that group
         at = 0  # the walk's place in the queue
         while at < end:
             slot = queue[at]
@@ -435,7 +434,6 @@ class Batcher:
             if group is _NO_GROUP:
                 group = slot.group  # the oldest item's group: nobody starves, groups never mix
             if slot.group != group:
-                one_group = False
                 kept.extend(queue[at:at + run])
                 at += run
                 continue
@@ -451,6 +449,7 @@ class Batcher:
         if not kept:
             self._queue = queue[at:]
             return []
+        one_group = in_group == len(kept)  # every kept item is of that group
         candidates = kept if one_group else [s for s in kept if s.group == group]
         places = self._around_oldest([s.cost for s in candidates])
         chosen = [candidates[i] for i in places]
@@ -487,7 +486,6 @@ class Batcher:
         lo = hi = bisect_left(ordered, costs[0])  # the oldest item's place: the first of its length (stable)
         longest = ordered[lo]  # always ordered[hi]
         budget, most, last = self.max_batch_tokens, self.max_batch_size, len(ordered) - 1
-        room = min(most, budget // longest) if longest else most  # items a batch of this longest may hold
         while hi - lo + 1 < most:
             size = hi - lo + 2
             down = up = None  # the padding that the shorter / the longer neighbour would add
@@ -504,11 +502,11 @@ class Batcher:
                 lo -= 1  # (never as long as the longest: the batch starts at the first item of its length)
             elif up is not None:
                 if up == 0:  # every item above as long as the longest, as far as the batch has room
+                    room = min(most, budget // longest) if longest else most  # items of this length it may hold
                     hi = min(bisect_right(ordered, longest, hi) - 1, lo + room - 1)
                 else:
                     hi += 1
                     longest = ordered[hi]
-                    room = min(most, budget // longest) if longest else most
             else:
                 break
         return order[lo : hi + 1]
