@@ -254,6 +254,8 @@ def batch_counts(url: str) -> dict[str, float] | None:
     import urllib.error
     import urllib.request
 
+    from prometheus_client.parser import text_string_to_metric_families
+
     try:
         with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
             text = response.read().decode()
@@ -261,12 +263,12 @@ def batch_counts(url: str) -> dict[str, float] | None:
         return None
     counts = dict.fromkeys(BATCH_COUNTERS.values(), 0.0)
     seen = False
-    for line in text.splitlines():
-        name, _, rest = line.partition("{")
-        key = BATCH_COUNTERS.get(name if rest else line.split(" ", 1)[0])
-        if key is not None:
-            counts[key] += float(line.rsplit(" ", 1)[1])
-            seen = True
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            key = BATCH_COUNTERS.get(sample.name)
+            if key is not None:
+                counts[key] += sample.value
+                seen = True
     return counts if seen else None
 
 
