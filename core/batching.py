@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from bisect import bisect_left, bisect_right
 from concurrent.futures import ThreadPoolExecutor
@@ -125,6 +126,8 @@ class Batcher:
         self._dead = 0  # queued items of cancelled requests, not yet walked past (``_take`` drops them)
         self._running: set[asyncio.Task] = set()
         self._active = 0  # batches dispatched and not yet finished
+        #: per thread, whether the batch it is running should share threads (``should_share_threads``)
+        self._sharing = threading.local()
         self._free: asyncio.Semaphore | None = None
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
@@ -177,6 +180,24 @@ class Batcher:
     def depth(self) -> int:
         """Items queued for a batch (a cancelled request's no longer count)."""
         return len(self._queue) - self._dead
+
+    def should_share_threads(self) -> bool:
+        """Asked by the backend as a batch starts, on the thread that runs it: should the batch leave threads for
+        other work rather than take every thread? The batcher decides as the batch starts (``_shares``)."""
+        return getattr(self._sharing, "share", False)
+
+    def _shares(self, padded_tokens: int) -> bool:
+        """Whether a batch starting now should share threads: only with work queued behind it, and then when
+        enough is queued for another full batch (the loop starts that one at once on a free worker, beside this
+        one) or when batches of its size are cheap (they have run in under ``inline_below_s``: more threads cost
+        such a batch more in wake-ups and spinning than they save, while requests wait). A partial batch behind a
+        batch that is not cheap waits for it to end (``_loop``), so that batch is alone and takes every thread."""
+        if self.depth == 0:
+            return False
+        if self._full_batch_queued():
+            return True
+        expected = self._run_s.get(padded_tokens.bit_length())
+        return expected is not None and expected < self.inline_below_s
 
     def running_batches(self) -> list[asyncio.Task]:
         """The batches running now (their items are still read until these end)."""
@@ -269,11 +290,12 @@ class Batcher:
         error: BaseException | None = None
         try:
             inline = self._inline(stats.padded_tokens)
+            share = self._shares(stats.padded_tokens)
             if inline:
-                results, cpu_seconds = self._timed([s.item for s in batch])
+                results, cpu_seconds = self._timed([s.item for s in batch], share)
             else:
                 results, cpu_seconds = await loop.run_in_executor(self._executor, self._timed,
-                                                                  [s.item for s in batch])
+                                                                  [s.item for s in batch], share)
             if len(results) != len(batch):
                 raise BackendFailure(f"batch returned {len(results)} results for {len(batch)} items")
         except asyncio.CancelledError:
@@ -332,12 +354,17 @@ class Batcher:
     #: weight of a batch's run in the running average of its size class
     RUN_AVERAGE_WEIGHT = 0.25
 
-    def _timed(self, items: list) -> tuple[list, float]:
+    def _timed(self, items: list, share: bool = False) -> tuple[list, float]:
         """The batch function's results, and the CPU time the calling thread spent in it: what the batch would
         hold the event loop for. (Not its wall time: on a thread, that also counts the waits for the
-        interpreter lock while the loop holds it, several times the run itself under load.)"""
+        interpreter lock while the loop holds it, several times the run itself under load.) ``share``: what
+        ``should_share_threads`` answers on this thread meanwhile."""
+        self._sharing.share = share
         started = time.thread_time()
-        results = self._fn(items)
+        try:
+            results = self._fn(items)
+        finally:
+            self._sharing.share = False
         return results, time.thread_time() - started
 
     #: a batch that held the event loop this many times ``inline_below_s`` (its thread's CPU time said it would

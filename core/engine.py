@@ -70,7 +70,7 @@ class Engine:
             tracer=tracer,
             span_attributes={"tessera.model": self.name, "tessera.backend": backend.name, "tessera.device": spec.device},
         )
-        backend.waiting = lambda: self.batcher.depth
+        backend.share_threads = self.batcher.should_share_threads
 
     @classmethod
     def load(cls, spec: ModelSpec, settings: Settings, metrics: Metrics | None = None, *,

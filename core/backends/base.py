@@ -104,10 +104,11 @@ class Backend:
     max_sequence_length: int | None = None
     #: how many ``run`` calls it takes at once from different threads
     lanes: int = 1
-    #: how many items wait behind the batch being run (the model's queue depth), set by the engine; a backend
-    #: with more than one way to run a batch may pick by it (ONNX Runtime: all threads for a batch that runs
-    #: alone, a lane's share while others wait). None: not known (no engine)
-    waiting: Callable[[], int] | None = None
+    #: asked as a batch starts, on the thread that runs it: should the batch leave threads for other work rather
+    #: than take every thread (set by the engine: its batcher's ``should_share_threads``)? A backend with more
+    #: than one way to run a batch may pick by it (ONNX Runtime: all threads, or a lane's share). None: not known
+    #: (no engine), every batch is on its own
+    share_threads: Callable[[], bool] | None = None
 
     # --- declarations: read without loading a model ------------------------------------------------
     @classmethod

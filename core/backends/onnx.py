@@ -278,11 +278,13 @@ class OnnxBackend(Backend):
         if self._session is None:
             raise BackendFailure("onnx backend used before load()")
         feeds = {k: v for k, v in inputs.items() if k in self._inputs}
-        # every thread for a batch that runs alone with nothing queued behind it (a light load's latency); a
-        # lane's share of them while another batch runs or more work waits (batches in parallel, each on its
-        # own threads, use the cores better than threads that split one small batch and spin between its ops)
+        # every thread for a batch that runs alone (a light load's latency; a partial batch queued behind it waits
+        # for it to end); a lane's share of them while another batch runs or the batcher says to share (another
+        # batch is about to start beside it, or it is a cheap batch with work waiting behind it): batches
+        # in parallel, each on its own threads, use the cores better than threads that split one small batch and
+        # spin between its ops
         with self._lock:
-            alone = self._in_flight == 0 and (self.waiting is None or self.waiting() == 0)
+            alone = self._in_flight == 0 and (self.share_threads is None or not self.share_threads())
             session = self._session if alone or self._shared is None else self._shared
             self._in_flight += 1
         try:

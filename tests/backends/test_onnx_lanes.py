@@ -1,6 +1,6 @@
-"""``workers: 2`` on the ONNX backend: overlapping batches, and batches with work queued behind them, run on a
-second, narrower session and give the same embeddings as one batch at a time; a batch that runs alone with
-nothing waiting keeps the full session."""
+"""``workers: 2`` on the ONNX backend: overlapping batches, and batches the batcher says should share (a full batch
+queued behind them), run on a second, narrower session and give the same embeddings as one batch at a time; a
+batch that runs alone, with nothing or only a partial batch behind it, keeps the full session."""
 
 from __future__ import annotations
 
@@ -66,18 +66,41 @@ def test_a_lone_batch_keeps_the_full_session(minilm_onnx_dir, sentences):
     assert (full.calls, shared.calls) == (3, 0)
 
 
-def test_a_batch_with_work_waiting_behind_it_takes_a_lane(minilm_onnx_dir, sentences):
-    """The engine tells the backend its queue's depth; with items waiting, even a batch that runs alone takes
-    the narrower session (the next batch will run beside it), and gives the same vectors."""
+def test_a_batch_the_batcher_says_to_share_takes_a_lane(minilm_onnx_dir, sentences):
+    """The engine gives the backend its batcher's answer (``Batcher.should_share_threads``); a batch told to share
+    takes the narrower session even when it runs alone (the next batch is about to run beside it), and gives the
+    same vectors."""
     two = Engine.load(ModelSpec(path=minilm_onnx_dir, backend="onnx", workers=2), SETTINGS)
-    assert two.backend.waiting is not None and two.backend.waiting() == two.batcher.depth == 0
+    assert two.backend.share_threads == two.batcher.should_share_threads and two.backend.share_threads() is False
     reference = embed(two, sentences[:1])
     full, shared = CountingSession(two.backend._session), CountingSession(two.backend._shared)
     two.backend._session, two.backend._shared = full, shared
-    two.backend.waiting = lambda: 3
+    two.backend.share_threads = lambda: True
     got = embed(two, sentences[:1])
     assert (full.calls, shared.calls) == (0, 1)
     np.testing.assert_allclose(got, reference, atol=2e-5)
+
+
+def test_a_batch_with_a_partial_batch_behind_it_keeps_every_thread(minilm_onnx_dir, sentences):
+    """Six one-text requests at once, four items a batch: the first batch leaves two behind, a partial batch that
+    waits for it to end, so it runs alone and takes the full session; so does the second. (Before, any work
+    queued behind a batch sent it to the narrower session, and with the partial batch held back one core idled.)"""
+    two = Engine.load(ModelSpec(path=minilm_onnx_dir, backend="onnx", workers=2, max_batch_size=4), SETTINGS)
+    full, shared = CountingSession(two.backend._session), CountingSession(two.backend._shared)
+    two.backend._session, two.backend._shared = full, shared
+    texts = sentences[:6]
+
+    async def serve():
+        await two.batcher.start()
+        try:
+            return await asyncio.gather(*(two(EmbedRequest(texts=[t])) for t in texts))
+        finally:
+            await two.batcher.stop()
+
+    answers = asyncio.run(serve())
+    assert (full.calls, shared.calls) == (2, 0)
+    reference = embed(two, texts)
+    np.testing.assert_allclose(np.concatenate([a.vectors for a in answers]), reference, atol=2e-5)
 
 
 def test_workers_default_to_two_on_a_multi_core_cpu_and_one_otherwise(minilm_onnx_dir):
