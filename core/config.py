@@ -336,7 +336,7 @@ class Settings(BaseSettings):
         default=None, gt=0,
         description="threads that tokenize requests, per model (TEI's --tokenization-workers); default: half of "
         "`threads`, at least 1. Each takes every request queued while it was busy: on 2 cores one such thread "
-        "measured 0.88x the CPU per embedding and 1.16x the throughput of two (docs/benchmarks.md)")
+        "measured 0.88x the CPU per embedding and 1.16x the throughput of two (docs/bench/history.md, the ninth pass)")
     request_timeout_s: float = Field(default=60.0, gt=0, description="deadline of a request (504 after)")
     tokenizer_parallelism: bool = Field(
         default=False, description="the tokenizers library's own threads inside one request's texts "

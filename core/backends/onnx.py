@@ -59,7 +59,7 @@ class OnnxOptions(BackendOptions):
         "Runtime's own default), \"run\" only while a run is in progress (they stop when the last concurrent run "
         "returns: no CPU spent spinning between requests), false never (that CPU goes to tokenization and the event "
         "loop). \"run\" measured 0.63x the CPU per one-text request of true on a near-free model, with no latency "
-        "or throughput loss on all-MiniLM-L6-v2 (docs/benchmarks.md)")
+        "or throughput loss on all-MiniLM-L6-v2 (docs/bench/history.md, ONNX Runtime spinning)")
     optimized: bool = Field(
         default=False, description="the graph is ONNX Runtime's own optimized graph, written ahead of time (python -m "
         "core.convert.ort_optimized; the Lambda image does): load it with graph optimizations off, skipping their "
