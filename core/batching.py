@@ -191,8 +191,9 @@ class Batcher:
         enough is queued for another full batch (the loop starts that one at once on a free worker, beside this
         one) or when batches of its size are cheap (they have run in under ``inline_below_s``: more threads cost
         such a batch more in wake-ups and spinning than they save, while requests wait). A partial batch behind a
-        batch that is not cheap waits for it to end (``_loop``), so that batch is alone and takes every thread."""
-        if self.depth == 0:
+        batch that is not cheap waits for it to end (``_loop``), so that batch is alone and takes every thread.
+        With one worker no batch runs beside another: nothing to share (and no walk of the queue per batch)."""
+        if self.workers == 1 or self.depth == 0:
             return False
         if self._full_batch_queued():
             return True

@@ -74,7 +74,7 @@ def test_a_cheap_batch_shares_while_work_waits():
     fn = Asking()
 
     async def main():
-        b = Batcher(fn, max_batch_tokens=20, max_batch_size=4, max_queue_items=100, inline_below_s=0.01,
+        b = Batcher(fn, max_batch_tokens=20, max_batch_size=4, max_queue_items=100, inline_below_s=0.01, workers=2,
                     name="loop")
         fn.batcher = b
         await b.start()
@@ -90,3 +90,22 @@ def test_a_cheap_batch_shares_while_work_waits():
         (["y"], "MainThread", True),  # z waits behind it
         (["z"], "MainThread", False),  # alone
     ]
+
+
+def test_with_one_worker_no_batch_shares():
+    """One worker: no batch ever runs beside another, so even a batch with a full batch queued behind it, of a size
+    known to be cheap, takes every thread."""
+    fn = Asking()
+
+    async def main():
+        b = Batcher(fn, max_batch_tokens=20, max_batch_size=4, max_queue_items=100, inline_below_s=0.01, name="one")
+        fn.batcher = b
+        await b.start()
+        assert await b.submit(["w"], costs=[10]) == [("out", "w")]
+        out = await b.submit(["a", "b", "c", "d", "e", "f"], costs=[10] * 6)
+        await b.stop()
+        return out
+
+    assert asyncio.run(main()) == [("out", x) for x in "abcdef"]
+    assert [len(items) for items, _, _ in fn.seen] == [1, 2, 2, 2]
+    assert not any(share for _, _, share in fn.seen)
