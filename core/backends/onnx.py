@@ -51,9 +51,10 @@ class OnnxOptions(BackendOptions):
     workers: int | None = Field(
         default=None, gt=0,
         description="batches run at once; default: 2 on CPU with 2+ threads, else 1. With 2, a batch that starts "
-        "while another runs gets threads/2 threads of its own (a second session: one more copy of the weights in "
-        "memory), one alone keeps them all: two batches keep two cores busy where one session's threads would "
-        "wait for each other")
+        "while another runs, or with a full batch queued behind it (or any work behind a batch of a size known to be "
+        "cheap), gets threads/2 threads of its own (a second session: one more copy of the weights in memory); "
+        "any other keeps them all: two batches keep two cores busy where one session's threads would wait for each "
+        "other, and a lone batch keeps both busy while the partial batch behind it waits")
     spin: bool | Literal["run"] = Field(
         default="run", description="let ONNX Runtime's threads busy-wait for work: true between runs too (ONNX "
         "Runtime's own default), \"run\" only while a run is in progress (they stop when the last concurrent run "
