@@ -195,10 +195,7 @@ class Batcher:
         With one worker no batch runs beside another: nothing to share (and no walk of the queue per batch)."""
         if self.workers == 1 or self.depth == 0:
             return False
-        if self._full_batch_queued():
-            return True
-        expected = self._run_s.get(padded_tokens.bit_length())
-        return expected is not None and expected < self.inline_below_s
+        return self._full_batch_queued() or self._quick(padded_tokens.bit_length())
 
     def running_batches(self) -> list[asyncio.Task]:
         """The batches running now (their items are still read until these end)."""
@@ -375,13 +372,16 @@ class Batcher:
     HELD_TOO_LONG = 10
     STRIKES = 3
 
+    def _quick(self, size: int) -> bool:
+        """Batches of this size class have run in under ``inline_below_s`` on average (a class not yet seen is not)."""
+        expected = self._run_s.get(size)
+        return expected is not None and expected < self.inline_below_s
+
     def _inline(self, padded_tokens: int) -> bool:
         """Run on the event loop: batches of this size have run in under ``inline_below_s`` on average (a size
         class not yet seen runs on the thread first)."""
         size = padded_tokens.bit_length()
-        expected = self._run_s.get(size)
-        return (expected is not None and expected < self.inline_below_s
-                and self._strikes.get(size, 0) < self.STRIKES)
+        return self._quick(size) and self._strikes.get(size, 0) < self.STRIKES
 
     def _learn(self, padded_tokens: int, seconds: float, *, inline_seconds: float | None = None) -> None:
         """Average in a batch's run: its thread's CPU time on the thread, the time it held the loop on the loop."""
