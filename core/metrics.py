@@ -72,6 +72,9 @@ class Metrics:
         self._batch_series: dict[str, tuple] = {}
         self.cache_errors = Counter("tessera_embedding_cache_errors", "embedding cache operations that failed "
                                     "(the request was served without the cache)", ["op"], registry=r)
+        self.cache_bad_values = Counter("tessera_embedding_cache_bad_values", "values read from the embedding cache "
+                                        "that failed their check (layout, dimension, finiteness, token count): "
+                                        "served as misses", ["model"], registry=r)
 
     @contextmanager
     def muted(self) -> Iterator[None]:

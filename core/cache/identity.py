@@ -2,9 +2,10 @@
 
 The identity hashes the bytes actually served (every file of the model folder, and the graph the backend
 runs when it lives elsewhere, e.g. in the export cache), the backend, the dtype, the device kind, the spec's
-options that change a vector (pooling, prompts, max length, chunking default) and the effective max length.
-Two served names over the same folder and options share their identity; a changed weight, tokenizer,
-pooling file, backend or dtype never does."""
+options that change a vector (pooling, prompts, max length, chunking default, the served backend's options
+``SPEC_FIELDS`` and ``BACKEND_OPTION_FIELDS`` mark) and the effective max length. Two served names over the
+same folder and options share their identity; a changed weight, tokenizer, pooling file, revision, backend,
+backend option or dtype never does."""
 
 from __future__ import annotations
 
@@ -14,8 +15,38 @@ import threading
 from pathlib import Path
 from typing import Any
 
-#: bumped when the cached value's meaning changes (pooling code, value layout): old entries are never read
-KEY_VERSION = 1
+#: bumped when the cached value's meaning changes (pooling code, value layout): it is in every key (and the
+#: Redis key prefix) and in every value's header, so old entries are never read
+KEY_VERSION = 2
+
+#: the identity holds it (as the part of that name, or the effective value the engine serves with)
+IN_IDENTITY = "identity"
+#: the bytes it selects are hashed (the folder's files; a Hub revision is its snapshot's files)
+FILES = "files hashed"
+#: it never changes a vector (names, batching, queueing, threads, a gate)
+NO_VECTOR = "does not change the vector"
+#: applied after the cache (quantization of the cached floats)
+AFTER = "applied after the cache"
+
+#: every field of ``ModelSpec`` → its decision (tests/cache enumerates the model's fields)
+SPEC_FIELDS: dict[str, str] = {
+    "path": FILES, "revision": FILES, "name": NO_VECTOR, "task": IN_IDENTITY, "backend": IN_IDENTITY,
+    "device": IN_IDENTITY, "dtype": IN_IDENTITY, "max_batch_tokens": NO_VECTOR, "max_batch_size": NO_VECTOR,
+    "max_queue_items": NO_VECTOR, "inline_batch_ms": NO_VECTOR, "max_length": IN_IDENTITY, "threads": NO_VECTOR,
+    "pad_to_multiple_of": NO_VECTOR, "prompts": IN_IDENTITY, "default_prompt_name": IN_IDENTITY,
+    "pooling": IN_IDENTITY, "dense_path": IN_IDENTITY, "trust_remote_code": NO_VECTOR,
+    "embedding_dtype": AFTER, "chunking": IN_IDENTITY,
+    # each backend's options: their fields are decided in BACKEND_OPTION_FIELDS
+    "torch": IN_IDENTITY, "onnx": IN_IDENTITY,
+}
+
+#: every backend option (``backend.field``) → its decision; the served backend's IN_IDENTITY options are hashed
+BACKEND_OPTION_FIELDS: dict[str, str] = {
+    "torch.compile": IN_IDENTITY,  # compiled kernels may round differently
+    "onnx.file": IN_IDENTITY,  # the graph served (its bytes are hashed too: ``served_file``)
+    "onnx.workers": NO_VECTOR, "onnx.spin": NO_VECTOR,
+    "onnx.optimized": IN_IDENTITY, "onnx.providers": IN_IDENTITY,
+}
 
 _CHUNK = 1 << 20
 
@@ -55,6 +86,16 @@ def folder_files(folder: Path) -> list[Path]:
     return files
 
 
+def backend_options(spec: Any, backend: str) -> dict[str, Any]:
+    """The served backend's options that change a vector (an option without a decision counts as one)."""
+    options = getattr(spec, backend, None)
+    if options is None:
+        return {}
+    values = options.model_dump(mode="json")
+    return {name: value for name, value in sorted(values.items())
+            if BACKEND_OPTION_FIELDS.get(f"{backend}.{name}", IN_IDENTITY) == IN_IDENTITY}
+
+
 def model_identity(engine: Any) -> str:
     """The hex identity of ``engine``'s served model (reads its files once per process: call off the loop)."""
     spec = engine.spec
@@ -72,6 +113,7 @@ def model_identity(engine: Any) -> str:
         "default_prompt_name": spec.default_prompt_name,
         "chunking": spec.chunking.model_dump() if spec.chunking is not None else None,
     }
+    parts["backend_options"] = backend_options(spec, engine.backend.name)
     files = {}
     if folder.is_dir():
         for path in folder_files(folder):

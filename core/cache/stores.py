@@ -10,6 +10,7 @@ import threading
 from collections import OrderedDict
 from typing import Protocol, Sequence
 
+from core.cache.identity import KEY_VERSION
 from core.errors import require
 
 #: bytes an entry costs beyond its key and value (the dict slot, the bytes objects' headers)
@@ -85,10 +86,10 @@ class RedisStore:
     """One Redis (or anything speaking its protocol) shared by every replica: ``MGET`` for a request's keys,
     one pipelined ``SET`` per new entry. Entries never expire here: give the server a ``maxmemory`` and the
     ``allkeys-lru`` policy (docs/configuration.md). The client connects on first use, in the event loop
-    that uses it."""
+    that uses it. Keys carry the layout version (``KEY_VERSION``): another version's keys are never read."""
 
     kind = "redis"
-    PREFIX = b"tessera:emb:"
+    PREFIX = b"tessera:emb:v%d:" % KEY_VERSION
 
     def __init__(self, url: str, timeout_s: float = REDIS_TIMEOUT_S) -> None:
         self.url = url
