@@ -98,6 +98,12 @@ def backend_options(spec: Any, backend: str) -> dict[str, Any]:
 
 def model_identity(engine: Any) -> str:
     """The hex identity of ``engine``'s served model (reads its files once per process: call off the loop)."""
+    text = json.dumps(identity_parts(engine), sort_keys=True, default=str).encode()
+    return hashlib.blake2b(text, digest_size=16).hexdigest()
+
+
+def identity_parts(engine: Any) -> dict[str, Any]:
+    """What ``model_identity`` hashes: the served model's options and the hashes of its files."""
     spec = engine.spec
     folder = Path(spec.path)
     parts: dict[str, Any] = {
@@ -112,8 +118,8 @@ def model_identity(engine: Any) -> str:
         "prompts": dict(sorted(spec.prompts.items())),
         "default_prompt_name": spec.default_prompt_name,
         "chunking": spec.chunking.model_dump() if spec.chunking is not None else None,
+        "backend_options": backend_options(spec, engine.backend.name),
     }
-    parts["backend_options"] = backend_options(spec, engine.backend.name)
     files = {}
     if folder.is_dir():
         for path in folder_files(folder):
@@ -122,5 +128,4 @@ def model_identity(engine: Any) -> str:
     if served is not None and Path(served).is_file():
         parts["served_file"] = file_hash(Path(served))
     parts["files"] = files
-    text = json.dumps(parts, sort_keys=True, default=str).encode()
-    return hashlib.blake2b(text, digest_size=16).hexdigest()
+    return parts
