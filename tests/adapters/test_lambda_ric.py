@@ -297,6 +297,46 @@ def test_a_model_that_fails_to_load_fails_init(minilm_dir, packaged_int8_onnx, t
     assert api.init_error_headers[0]["Lambda-Runtime-Function-Error-Type"] == "StartupFailed"
 
 
+def test_a_settings_error_fails_init_with_one_line():
+    """A key file that is not there: the init error Lambda reports names it on one line, with no frame of the code
+    under the handler (it was a FileNotFoundError from the app's first request, its frames deep in core/)."""
+    api, proc = _started({"TESSERA_API_KEYS_FILE": "/nonexistent/keys"})
+    try:
+        assert api.wait_init_error(INIT_TIMEOUT), proc.stdout + proc.stderr
+        proc.proc.wait(30)
+        assert proc.proc.returncode == 1 and api.next_calls == 0
+    finally:
+        proc.stop()
+        api.__exit__()
+    [error] = api.init_errors
+    assert error["errorType"] == "StartupFailed", error
+    assert "/nonexistent/keys" in error["errorMessage"] and "\n" not in error["errorMessage"], error
+    assert not [frame for frame in error["stackTrace"] if "/core/" in frame], error["stackTrace"]
+    said = [line for line in (proc.stdout + proc.stderr).splitlines() if "init failed: " in line]
+    assert len(said) == 1 and "/nonexistent/keys" in said[0], proc.stdout + proc.stderr
+
+
+#: the shapes that raised inside Mangum: a function error (502 to the caller) instead of an answer
+ODD_EVENTS = {
+    "x-forwarded-port that is not a port": lambda e: e["headers"].update({"x-forwarded-port": "notaport"}),
+    "a host with two colons": lambda e: e["headers"].update(host="a:b:c"),
+    "requestContext without http": lambda e: e["requestContext"].pop("http"),
+    "cookies with a number": lambda e: e.update(cookies=[1]),
+}
+
+
+@pytest.mark.parametrize("name", list(ODD_EVENTS))
+def test_odd_event_shapes_are_a_400_invalid_event(ric, name):
+    api, proc = ric
+    event = _embed(["odd"])
+    ODD_EVENTS[name](event)
+    status, reply = _reply(api.invoke(event))
+    assert status == 400, reply
+    assert _assert_error_shape(reply)["code"] == "invalid_event"
+    status, _ = _reply(api.invoke(_embed(["still serving"])))
+    assert status == 200 and proc.proc.poll() is None
+
+
 def test_multi_concurrency_workers_share_the_cpus():
     """AWS_LAMBDA_MAX_CONCURRENCY=2: the client forks two workers, each imports the handler and serves one
     request at a time, with vCPUs // 2 threads."""
