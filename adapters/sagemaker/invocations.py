@@ -45,11 +45,12 @@ from starlette.responses import Response
 from adapters.sagemaker.models import SAGEMAKER_MAX_RESPONSE_BYTES
 from adapters.sagemaker.jsonlines import (DEFAULT_CONCURRENCY, JSONLINES, JSONLINES_TYPES, assemble, run_records,
                                           split_records)
-from core.api.admission import json_object
+from core.api.admission import DECODE_OFF_LOOP_BYTES, decode_json_object, json_object
 from core.api.app import create_app
 from core.api.asgi_call import Answer, call, inner_scope
 from core.api.embeddings.encode import least_embeddings_answer_bytes
-from core.api.features import feature_for
+from core.api.features import feature_for, router as features_router
+from core.api.hot_routes import DECODED_BODY, HotRoutes
 from core.api.http import wait_for_disconnect
 from core.api.response_limit import ResponseLimit, response_limit_of
 from core.serving import Served
@@ -140,15 +141,28 @@ async def client_watch(request: Request):
         watcher.cancel()
 
 
+def inner_routes(app: FastAPI) -> HotRoutes:
+    """What a request carried by ``/invocations`` goes through: the app's router behind the plain JSON routes'
+    hot path (``core.api.hot_routes``), as a client's request meets them past the app's middleware; so a
+    body ``/invocations`` decoded already is not decoded again. Built once per app."""
+    inner = getattr(app.state, "invocation_routes", None)
+    if inner is None:
+        inner = app.state.invocation_routes = HotRoutes(app.router, fastapi=app, router=features_router)
+    return inner
+
+
 async def run_route(request: Request, method: str, path: str, body: bytes = b"", *,
                     disconnected: asyncio.Future | None = None, json_body: bool = False,
-                    typed_result: bool = False) -> Answer:
+                    typed_result: bool = False, decoded: dict[str, Any] | None = None) -> Answer:
     """The request's body through the app's router at ``path`` (``core.api.asgi_call``), in the scope of
     ``request`` (past the app's middleware already). ``json_body``: sent as ``application/json`` (a JSON
-    Lines record is one JSON document). ``typed_result``: the route's result comes back unencoded."""
-    return await call(request.app.router, inner_scope(request.scope, method, path), body,
-                      content_type=JSON.encode() if json_body else None, disconnected=disconnected,
-                      typed_result=typed_result)
+    Lines record is one JSON document). ``typed_result``: the route's result comes back unencoded.
+    ``decoded``: ``body``'s value, decoded already (the route does not decode it again)."""
+    scope = inner_scope(request.scope, method, path)
+    if decoded is not None:
+        scope["extensions"][DECODED_BODY] = decoded
+    return await call(inner_routes(request.app), scope, body, content_type=JSON.encode() if json_body else None,
+                      disconnected=disconnected, typed_result=typed_result)
 
 
 def embeddings_npy(served: Served) -> tuple[bytes, dict[str, str]]:
@@ -228,7 +242,12 @@ def build_router(default_route: str | None = None, *, record_concurrency: int = 
                            f"{settings.max_items_per_request} per request: use a smaller MaxPayloadInMB",
                            code="too_many_records")
         routes = post_routes(request.app)
-        parsed = [_record(record, attributes, routes, request, default_route) for record in records]
+
+        def parse() -> list[tuple[str | None, Any]]:
+            return [_record(record, attributes, routes, request, default_route) for record in records]
+
+        # decoded once (each record's value goes to its route as it is), on a worker thread for a large body
+        parsed = await asyncio.to_thread(parse) if len(body) > DECODE_OFF_LOOP_BYTES else parse()
         limit = response_limit_of(request)
         if limit is not None:  # an answer that cannot fit is refused before any record runs
             least = sum(_least_answer_bytes(route, sent[0], request.app.state.registry)
@@ -247,7 +266,7 @@ def build_router(default_route: str | None = None, *, record_concurrency: int = 
                 return _record_error(refusal)
             with admission.held() if admission is not None else contextlib.nullcontext():
                 answer = await run_route(request, "POST", routes[route], sent[1], disconnected=disconnected,
-                                         json_body=True)
+                                         json_body=True, decoded=sent[0])
             return answer.status, answer.body
 
         async with client_watch(request) as disconnected:
@@ -282,7 +301,7 @@ def build_router(default_route: str | None = None, *, record_concurrency: int = 
         payload: dict[str, Any] | None = None
         route = attributes.get("route")
         if not route:
-            payload = json_object(body)
+            payload = await decode_json_object(body)
             route = payload.get("route") or default_route or _only_capability(request)
         route = str(route).strip("/").removeprefix("v1/")
         routes = post_routes(request.app)
@@ -290,13 +309,13 @@ def build_router(default_route: str | None = None, *, record_concurrency: int = 
             raise NotFound(f"no route {route!r} for /invocations; routes: {sorted(routes)}", param="route")
         fmt = wanted_format(request.headers.get("accept"), route)
         if "model" in attributes:  # the body's own model wins; else the attributes' is added to it
-            payload = payload if payload is not None else json_object(body)
+            payload = payload if payload is not None else await decode_json_object(body)
             if not payload.get("model"):
                 payload["model"] = attributes["model"]
                 body = orjson.dumps(payload)
         async with client_watch(request) as disconnected:
             answer = await run_route(request, "POST", routes[route], body, disconnected=disconnected,
-                                     typed_result=fmt == "npy")
+                                     typed_result=fmt == "npy", decoded=payload)
         limit = response_limit_of(request)
         if fmt == "npy" and answer.result is not None:
             array, extra = embeddings_npy(answer.result)

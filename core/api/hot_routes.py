@@ -7,16 +7,21 @@ path, query or header parameter, no dependency), and returns a ``Response``: eve
 every route), dependency solving, exit stacks and exception layers do nothing that the route needs; per
 request, what is left is what they amount to, built once per route here:
 
-- the body read (the whole of it: ``core.api.admission.BodyReader`` has read it already) and decoded with
-  orjson, validated with the route's model, as FastAPI would (the same model, the same strict validation);
+- the body read (the whole of it: ``core.api.admission.BodyReader`` has read it already, and bounded its
+  nesting and its number of values) and decoded once, with orjson (on a worker thread for a large body), then
+  validated with the route's model, as FastAPI would (the same model, the same strict validation); a body that
+  does not validate is answered with the errors FastAPI's own validation of the same value gives (its body
+  field's), through the app's handler of ``RequestValidationError``, so the body is never parsed twice;
 - the route called with the model and a ``Request``, its exceptions answered by the app's exception handlers
   (the same handlers FastAPI's exception layers call), everything else left to propagate as FastAPI does;
 - the scope given the route (``scope["route"]``: what the metrics, the access log and the trace read).
 
-Whatever is not the ordinary case goes to FastAPI, with the body handed on: a body that is not JSON, not sent
-as JSON, empty, or that does not validate (FastAPI then answers with its own error, the one it always gave);
+Whatever is not the ordinary case goes to FastAPI, with the body handed on: a body that orjson does not read
+(not JSON, or JSON that only Python's reader takes: a lone surrogate escape, NaN, an integer past 64 bits),
+not sent as JSON, or empty (FastAPI then answers with its own error, the one it always gave);
 another method or path; a route registered after one that matches the same request first; any dependency
-override. So every answer but a successful one's route call is FastAPI's own, and the OpenAPI document is
+override. An in-process caller that decoded the body already (SageMaker's ``/invocations``, a JSON Lines record)
+hands the value over in the scope's extensions (:data:`DECODED_BODY`), and it is not decoded again. So every answer but a successful one's route call is FastAPI's own, and the OpenAPI document is
 untouched (the routes are FastAPI's, only not routed by it)."""
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any, Callable
 
 import orjson
 from fastapi import params
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
@@ -35,7 +41,7 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from core.api.admission import replay_body
+from core.api.admission import decode_json, replay_body
 from core.api.paths import route_path
 
 
@@ -47,6 +53,11 @@ class HotRoute:
     model: type[BaseModel]
     body_name: str
     request_name: str | None
+
+    def validation_errors(self, data: Any) -> list[Any]:
+        """What FastAPI's validation of ``data`` reports (its body field's own, located under ``body``): the
+        errors FastAPI answers a body that does not validate with."""
+        return self.route.dependant.body_params[0].validate(data, {}, loc=("body",))[1]
 
     async def call(self, body: BaseModel, request: Request) -> Any:
         values: dict[str, Any] = {self.body_name: body}
@@ -95,6 +106,23 @@ def hot_routes(routes: list[Any]) -> dict[str, HotRoute]:
             continue
         found[hot.route.path] = hot
     return found
+
+
+#: in a scope's ``extensions``: the body's value, decoded by the in-process caller that sends it
+DECODED_BODY = "tessera.decoded_body"
+#: a body orjson did not read
+_NOT_READ = object()
+
+
+def _validated(hot: HotRoute, data: Any) -> BaseModel:
+    """``data`` as the route's model, or the ``RequestValidationError`` FastAPI raises for it (the app's handler
+    answers it, as FastAPI's exception layer would)."""
+    if isinstance(data, dict):
+        try:
+            return hot.model.model_validate(data)
+        except ValidationError:
+            pass
+    raise RequestValidationError(hot.validation_errors(data), body=data)
 
 
 def _probe(path: str) -> Scope:
@@ -156,19 +184,21 @@ class HotRoutes:
             if not message.get("more_body", False):
                 break
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        try:
-            data = orjson.loads(body) if body else None
-            value = hot.model.model_validate(data) if isinstance(data, dict) else None
-        except (orjson.JSONDecodeError, ValidationError, RecursionError):
-            value = None
-        if value is None:  # FastAPI answers it, as it always did (its own JSON reading, its validation error)
+        extensions = scope.get("extensions")
+        data = extensions.get(DECODED_BODY, _NOT_READ) if extensions else _NOT_READ
+        if data is _NOT_READ and body:
+            try:
+                data = await decode_json(body)
+            except orjson.JSONDecodeError:
+                pass
+        if data is _NOT_READ:  # FastAPI answers it, as it always did (its own JSON reading and error)
             await self.app(scope, replay_body(body, receive), send)
             return
         scope["route"], scope["endpoint"], scope["path_params"] = hot.route, hot.route.endpoint, {}
         scope.setdefault("router", self.fastapi.router)
         request = Request(scope, replay_body(body, receive))
         try:
-            response = await hot.call(value, request)
+            response = await hot.call(_validated(hot, data), request)
         except Exception as exc:
             handler = self._handler(exc)
             if handler is None:

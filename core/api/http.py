@@ -14,7 +14,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 from starlette.types import Receive
 
-from core.api.admission import json_object
+from core.api.admission import decode_json_object
 from core.api.asgi_call import in_process
 from core.api.common import dumps
 from core.errors import ClientClosed, InvalidInput
@@ -72,8 +72,9 @@ def _header(scope, name: bytes) -> str | None:
 
 
 async def read_json_object(request: Request) -> dict[str, Any]:
-    """A route that chooses its schema from the body (TEI's ``/``): the body as a JSON object."""
-    return json_object(await request.body())
+    """A route that chooses its schema from the body (TEI's ``/``): the body as a JSON object (decoded on a
+    worker thread when it is large)."""
+    return await decode_json_object(await request.body())
 
 
 def validated(schema: type[M], body: dict[str, Any]) -> M:
