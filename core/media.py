@@ -20,6 +20,12 @@ Safety of URL fetching (SSRF guard), per hop of a redirect chain:
 Budgets per request (not only per item): decoded pixels and audio seconds, charged from each item's
 header before it is decoded; items are decoded, preprocessed and released one at a time.
 
+An image is also bounded by its shape, from its header, before it is decoded: its aspect ratio (at most
+:data:`MAX_ASPECT_RATIO`), and the pixels the model's own preprocessing would resize it to (``resized``: a
+processor that scales the shortest side to 224 makes a 50000x1 image 224 x 11.2M), within ``max_pixels``.
+Audio is bounded by the samples it decodes to (frames × channels, :data:`AUDIO_SAMPLES_PER_SECOND` per second of
+``max_audio_seconds``), from its header too.
+
 Every refusal or decode failure is an ``InvalidInput`` (400) naming ``input[i]``. Limits come from
 ``Settings`` through :meth:`MediaLimits.from_settings`; nothing here reads the environment.
 """
@@ -54,6 +60,17 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 1_000, 384_000
 #: the largest up/down factor of a polyphase resampling (44.1 kHz → 48 kHz is 160/147)
 MAX_RESAMPLE_FACTOR = 1_000
+#: the longest side of an image over its shortest (Qwen2-VL's processor refuses past 200 too): a strip of 86
+#: bytes (50000x1) made half a gigabyte of pixels once a processor scaled its one-pixel side up
+MAX_ASPECT_RATIO = 200
+
+#: decoded audio samples (frames × channels) per second of the longest clip allowed: stereo at 48 kHz. A silent
+#: FLAC of 300 s at 384 kHz weighs 400 KB and decodes to 115M samples (0.5 GB as float32, more downmixed and
+#: resampled); every audio model here listens at 48 kHz or less
+AUDIO_SAMPLES_PER_SECOND = 96_000
+
+#: (width, height) of an image → (width, height) the model's preprocessing resizes it to
+Resized = Callable[[int, int], tuple[int, int]]
 
 
 def system_resolver(host: str, port: int) -> list[str]:
@@ -357,12 +374,13 @@ class MediaFetcher:
             await response.aclose()
 
     # decoding ----------------------------------------------------------------------------------
-    def image(self, ref: Any, *, index: int):
+    def image(self, ref: Any, *, index: int, resized: Resized | None = None):
         """An RGB ``PIL.Image`` (EXIF orientation applied; alpha composed over white). Its pixels count
-        toward the request's budget (``max_request_pixels``), checked from the header before decoding."""
+        toward the request's budget (``max_request_pixels``), checked from the header before decoding, as are
+        its aspect ratio and the size ``resized`` (the model's preprocessing) makes of it."""
         self.check_deadline(index)
         data = self.load(ref, index=index, accepted=IMAGE_TYPES)
-        return decode_image(data, self.limits, index=index, charge=self._charge_pixels)
+        return decode_image(data, self.limits, index=index, charge=self._charge_pixels, resized=resized)
 
     def audio(self, ref: Any, *, index: int, sampling_rate: int) -> np.ndarray:
         """Mono float32 samples at ``sampling_rate``; their duration counts toward the request's budget
@@ -394,7 +412,8 @@ class MediaFetcher:
         self._spent[budget] = spent
 
 
-def decode_image(data: bytes, limits: MediaLimits, *, index: int, charge: Callable[[int, int], None] | None = None):
+def decode_image(data: bytes, limits: MediaLimits, *, index: int, charge: Callable[[int, int], None] | None = None,
+                 resized: Resized | None = None):
     Image = require("PIL.Image", "media")
     ImageOps = require("PIL.ImageOps", "media")
     try:
@@ -402,6 +421,7 @@ def decode_image(data: bytes, limits: MediaLimits, *, index: int, charge: Callab
         width, height = image.size
         if width * height > limits.max_pixels:
             raise _refuse(index, f"image has {width}x{height} pixels; the limit is {limits.max_pixels}")
+        check_image_shape(width, height, limits, index=index, resized=resized)
         if charge is not None:
             charge(width * height, index)
         image.load()
@@ -417,6 +437,58 @@ def decode_image(data: bytes, limits: MediaLimits, *, index: int, charge: Callab
     return image.convert("RGB")
 
 
+def check_image_shape(width: int, height: int, limits: MediaLimits, *, index: int,
+                      resized: Resized | None = None) -> None:
+    """Refuse (400) an image of ``width`` x ``height`` whose aspect ratio passes :data:`MAX_ASPECT_RATIO`, or
+    that the model's preprocessing (``resized``) would make larger than ``max_pixels``: from the header,
+    before any pixel is decoded or resized."""
+    if width <= 0 or height <= 0:
+        raise _refuse(index, f"image has {width}x{height} pixels")
+    ratio = max(width, height) / min(width, height)
+    if ratio > MAX_ASPECT_RATIO:
+        raise _refuse(index, f"image is {width}x{height} pixels, an aspect ratio of {ratio:.0f}:1; at most "
+                             f"{MAX_ASPECT_RATIO}:1 is accepted")
+    if resized is not None:
+        new_width, new_height = resized(width, height)
+        if new_width * new_height > limits.max_pixels:
+            raise _refuse(index, f"image is {width}x{height} pixels, which the model's preprocessing resizes to "
+                                 f"{new_width}x{new_height} ({new_width * new_height} pixels); the limit is "
+                                 f"{limits.max_pixels}")
+
+
+def processor_resize(size: Any) -> Resized | None:
+    """The (width, height) a transformers image processor's resize makes of an image, from its ``size``
+    (a dict or a ``SizeDict``): a fixed ``height`` and ``width``; the shortest edge scaled to ``shortest_edge``
+    (the long one capped by ``longest_edge`` when given); the longest edge scaled to ``longest_edge``; or within
+    ``max_height`` x ``max_width``. None when ``size`` is none of these (the processor sizes images its own
+    way, e.g. a patch budget, bounded by the processor itself)."""
+    def value(key: str) -> int | None:
+        found = size.get(key) if isinstance(size, dict) else getattr(size, key, None)
+        return int(found) if found else None
+
+    if size is None:
+        return None
+    height, width = value("height"), value("width")
+    shortest, longest = value("shortest_edge"), value("longest_edge")
+    max_height, max_width = value("max_height"), value("max_width")
+    if height and width:
+        return lambda w, h: (width, height)
+    if shortest:
+        def by_shortest(w: int, h: int) -> tuple[int, int]:
+            short, long = min(w, h), max(w, h)
+            new_short, new_long = shortest, int(shortest * long / short)
+            if longest and new_long > longest:
+                new_short, new_long = int(longest * new_short / new_long), longest
+            return (new_short, new_long) if w <= h else (new_long, new_short)
+        return by_shortest
+    if longest:
+        return lambda w, h: (max(1, round(w * longest / max(w, h))), max(1, round(h * longest / max(w, h))))
+    if max_height and max_width:
+        return lambda w, h: (max(1, round(w * min(max_height / h, max_width / w))),
+                             max(1, round(h * min(max_height / h, max_width / w))))
+    return None
+
+
 def decode_audio(data: bytes, limits: MediaLimits, *, index: int, sampling_rate: int,
                  charge: Callable[[float, int], None] | None = None) -> np.ndarray:
     sf = require("soundfile", "media")
@@ -430,6 +502,12 @@ def decode_audio(data: bytes, limits: MediaLimits, *, index: int, sampling_rate:
         seconds = info.frames / info.samplerate
         if seconds > limits.max_audio_seconds:
             raise _refuse(index, f"audio lasts {seconds:.1f}s; the limit is {limits.max_audio_seconds:g}s")
+        samples = info.frames * max(1, info.channels)
+        most = int(limits.max_audio_seconds * AUDIO_SAMPLES_PER_SECOND)
+        if samples > most:
+            raise _refuse(index, f"audio holds {samples} samples ({info.channels} channels at {info.samplerate} Hz "
+                                 f"for {seconds:.1f}s); at most {most} are decoded (stereo at 48 kHz for "
+                                 f"{limits.max_audio_seconds:g}s): send it downmixed, at a lower rate or shorter")
         if charge is not None:
             charge(seconds, index)
         samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)

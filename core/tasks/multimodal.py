@@ -114,9 +114,10 @@ class MultiModalEmbedTask(Task):
             return self.text_items(texts, truncate=request.truncate)
         fetcher = request.media_fetcher()
         items: list[MediaItem] = []
+        resized = self.image_resize() if modality == "image" else None
         for i, ref in enumerate(request.inputs or []):  # decode → preprocess → release, one at a time
             if modality == "image":
-                items.extend(self.image_items([fetcher.image(ref, index=i)]))
+                items.extend(self.image_items([fetcher.image(ref, index=i, resized=resized)]))
             else:
                 items.extend(self.audio_items([fetcher.audio(ref, index=i, sampling_rate=self.sampling_rate)]))
         return items
@@ -178,6 +179,16 @@ class MultiModalEmbedTask(Task):
 
     def image_items(self, images: list) -> list[MediaItem]:
         raise InvalidInput(f"model {self.name} does not embed images", param="modality")
+
+    def image_resize(self):
+        """What the model's image processor resizes an image to (``core.media.processor_resize``: checked, with
+        the image's aspect ratio, from its header before it is decoded); None when the processor does not say."""
+        from core.media import processor_resize
+
+        images = getattr(self.processor, "image_processor", None)
+        if images is None or getattr(images, "do_resize", True) is False:
+            return None
+        return processor_resize(getattr(images, "size", None))
 
     def audio_items(self, waves: list[np.ndarray]) -> list[MediaItem]:
         raise InvalidInput(f"model {self.name} does not embed audio", param="modality")

@@ -9,8 +9,9 @@ these models do.
   ``You are a helpful assistant.``, Qwen3-VL-Embedding's ``Represent the user's input.``), the user turn holding the
   image and/or the text, the assistant's generation prompt, and for GME ``<|endoftext|>``; the last token's state is
   the vector.
-- ``prepare`` (worker thread) decodes each image through :class:`core.media.MediaFetcher` (limits, SSRF guard),
-  then runs transformers' own Qwen2-VL processor: its PIL image processor (resized within the folder's
+- ``prepare`` (worker thread) decodes each image through :class:`core.media.MediaFetcher` (limits, SSRF guard,
+  the aspect ratio within Qwen2-VL's own 200:1; anything else the processor refuses with a ``ValueError`` is a 400
+  naming the item too), then runs transformers' own Qwen2-VL processor: its PIL image processor (resized within the folder's
   ``min_pixels``/``max_pixels``, patches + ``image_grid_thw``) and the tokenizer, which expands each image
   placeholder to the image's tokens and marks them in ``mm_token_type_ids`` (the model's M-RoPE reads it). An
   item's cost is its sequence length, image tokens included; a conversation over the model's length is refused
@@ -244,8 +245,12 @@ class VlmEmbedTask(Task):
 
     def item(self, conversation: Conversation, images: list, *, where: str) -> VlmItem:
         prompt = self.render(conversation, where)
-        with self.lock:
-            out = self.processor(text=[prompt], images=images or None, return_tensors="np")
+        try:
+            with self.lock:
+                out = self.processor(text=[prompt], images=images or None, return_tensors="np")
+        except ValueError as exc:  # e.g. smart_resize: an image whose aspect ratio passes 200
+            raise InvalidInput(f"{where}: the model's processor refused the input: {exc}", param=_param(where),
+                               code="invalid_media" if images else "invalid_input") from None
         arrays = {k: np.ascontiguousarray(np.asarray(out[k])[0], dtype=np.int64) for k in _SEQUENCES if k in out}
         if images:
             arrays["pixel_values"] = np.ascontiguousarray(out["pixel_values"], dtype=np.float32)
