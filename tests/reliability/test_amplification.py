@@ -254,6 +254,88 @@ def test_wide_json_is_refused_before_it_is_parsed_on_the_event_loop(server, path
     _report(f"widest JSON validated on {path} (33,000 elements)", cost)
 
 
+# ---- deep JSON -------------------------------------------------------------------------------------------
+
+#: 8,000 lists nested 500 deep (8 MB, few commas, so no wide-JSON count saw it): 3.6 s of parsing on the event
+#: loop (orjson, then FastAPI's json.loads again) and +704 MB before the validation error
+DEEP = b'{"input": [' + b",".join([b"[" * 500 + b"]" * 500] * 8_000) + b"]}"
+#: as many lists, 60 deep (within the depth bound): 480,000 lists, past any request's number of values
+DEEP_WITHIN_DEPTH = b'{"input": [' + b",".join([b"[" * 60 + b"]" * 60] * 8_000) + b"]}"
+
+
+def _post_at_once(base: str, path: str, body: bytes, times: int) -> list[httpx.Response]:
+    answers: list[httpx.Response] = []
+    senders = [threading.Thread(target=lambda: answers.append(_post(base, path, body))) for _ in range(times)]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join(300)
+    return answers
+
+
+@pytest.mark.parametrize("path", ["/v1/embeddings", "/embed"])
+def test_deep_json_is_refused_before_it_is_parsed(server, path):
+    base, pid = server
+    assert len(DEEP) < 8 * 1024 * 1024 and DEEP.count(b",") < 10_000
+    with measured(base, pid) as cost:
+        response = _post(base, path, DEEP)
+    error = _error(response, 400, "invalid_json")
+    assert "64 levels" in error["message"]
+    _refused_cheaply(cost, 2.0)
+    assert cost.health_worst_s < 0.5, cost
+    _report(f"deep JSON on {path}, 8,000 lists 500 deep (refused)", cost)
+    with measured(base, pid) as cost:
+        response = _post(base, path, DEEP_WITHIN_DEPTH)
+    _error(response, 413, "too_many_values")
+    _refused_cheaply(cost, 2.0)
+    _report(f"deep JSON on {path}, 8,000 lists 60 deep (refused)", cost)
+
+
+def test_four_deep_bodies_at_once_leave_health_answering(server):
+    """Four deep 8 MB bodies at once blocked /health 8.6 s."""
+    base, pid = server
+    with measured(base, pid) as cost:
+        answers = _post_at_once(base, "/v1/embeddings", DEEP, 4)
+    assert len(answers) == 4
+    for response in answers:
+        _error(response, 400, "invalid_json")
+    assert cost.health_worst_s < 1.0 and cost.grown_mb < 300, cost
+    _report("four deep 8 MB bodies at once (refused)", cost)
+
+
+def test_an_unterminated_string_of_escaped_quotes_is_measured_in_linear_time(server):
+    """A body with an unterminated string of 34,000 escaped quotes and commas (100 KB, enough commas for the
+    wide-JSON check to look): the regular expression that blanked its strings backtracked over the rest of
+    the body from every quote (quadratic: about a minute holding the GIL). The byte scan is linear, and the
+    parser refuses the body."""
+    base, pid = server
+    body = b'{"input": "' + b'\\",' * 34_000
+    with measured(base, pid) as cost:
+        response = _post(base, "/v1/embeddings", body)
+    _error(response, 400, "invalid_json")
+    _refused_cheaply(cost, 2.0)
+
+
+#: texts full of what a structure count would count outside strings: brackets, braces, commas, quotes
+#: (escaped), backslashes, digits, literals' letters and dots
+BRACKETED = 'f(x) = [[{"a": [1, 2.5]}]], true\\ {[(, , , , ,' * 80
+
+
+def test_brackets_commas_and_quotes_inside_strings_never_count(server):
+    """A valid request whose texts hold ~48,000 brackets and 56,000 commas (raw counts far past both
+    bounds): measured exactly, strings apart, and served."""
+    base, pid = server
+    body = orjson.dumps({"model": "m", "input": [BRACKETED + str(i) for i in range(100)]})
+    assert body.count(b"[") + body.count(b"{") > 40_000 and body.count(b",") > 40_000
+    with measured(base, pid) as cost:
+        response = _post(base, "/v1/embeddings", body)
+    assert response.status_code == 200, response.text[:300]
+    assert len(response.json()["data"]) == 100
+    assert cost.health_worst_s < HEALTH_WHILE_ALLOWED_S, cost
+    nested = {"model": "m", "input": ["[" * 5000, "{" * 5000 + '"' + "]" * 100]}  # deep only inside strings
+    assert _post(base, "/v1/embeddings", orjson.dumps(nested)).status_code == 200
+
+
 # ---- TEI /embed_all --------------------------------------------------------------------------------------
 
 def test_embed_all_is_bounded_by_the_response_limit(server):
@@ -272,6 +354,88 @@ def test_embed_all_is_bounded_by_the_response_limit(server):
     assert response.status_code == 200, response.text[:300]
     assert cost.health_worst_s < HEALTH_WHILE_ALLOWED_S, cost
     _report(f"worst allowed /embed_all (42 x 256 tokens, {len(response.content) / 1e6:.1f} MB answer)", cost)
+
+
+# ---- media ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def media(clip_dir, clap_dir):
+    """``uvicorn core.dev:app`` serving the tiny CLIP (its processor scales the shortest side to 32, then crops)
+    and CLAP folders, every media limit at its default."""
+    port = free_port()
+    env = _env([{"path": str(clip_dir), "name": "clip"}, {"path": str(clap_dir), "name": "clap"}], port)
+    with running_process(uvicorn_command("core.dev:app", port), env, port=port, timeout=180,
+                         name="amplification-media") as (base, proc):
+        yield base, proc.pid
+
+
+def _strip_png(width: int, height: int) -> str:
+    """A 1-bit PNG data: URI of width x height pixels (a few hundred bytes at most)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("1", (width, height)).save(buf, "PNG", optimize=True)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+@pytest.mark.parametrize("width, height", [(50_000, 1), (1, 50_000), (1_000_000, 1), (5_000, 20)])
+def test_an_extreme_aspect_ratio_is_refused_before_it_is_resized(media, width, height):
+    """An 86-byte 50000x1 PNG cost +487 MB (the processor scaled its one-pixel side to 32: 32 x 1.6M), a
+    201-byte 1,000,000x1 one +1.6 GB and then a 500 (MemoryError)."""
+    base, pid = media
+    uri = _strip_png(width, height)
+    assert len(uri) < 2_000
+    with measured(base, pid) as cost:
+        response = _post(base, "/v1/embeddings", {"model": "clip", "modality": "image", "input": [uri]})
+    error = _error(response, 400, "invalid_media")
+    assert "aspect ratio" in error["message"] and "input[0]" in error["message"]
+    _refused_cheaply(cost, 2.0)
+    assert cost.grown_mb < 100, cost
+    _report(f"a {width}x{height} PNG of {len(uri)} characters (refused)", cost)
+
+
+def test_the_widest_allowed_image_is_served(media):
+    base, pid = media
+    with measured(base, pid) as cost:  # 200:1, the bound: the processor makes it 6,400 x 32 before its crop
+        response = _post(base, "/v1/embeddings", {"model": "clip", "modality": "image",
+                                                  "input": [_strip_png(6_400, 32), _strip_png(32, 6_400)]})
+    assert response.status_code == 200 and len(response.json()["data"]) == 2, response.text[:300]
+    assert cost.grown_mb < 100, cost
+
+
+def _silent_flac(rate: int, channels: int, seconds: int) -> str:
+    import base64
+    import io
+
+    import numpy as np
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    sf.write(buf, np.zeros((rate * seconds, channels), dtype=np.int16), rate, format="FLAC", subtype="PCM_16")
+    return "data:audio/flac;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def test_audio_is_bounded_by_the_samples_it_decodes_to(media):
+    """A 400 KB silent FLAC of 299 s at 384 kHz decoded to 115M float32 samples (then downmixed and resampled
+    to 48 kHz): refused from its header. The same duration in stereo at 48 kHz is the most that decodes."""
+    base, pid = media
+    uri = _silent_flac(384_000, 1, 299)
+    assert len(uri) < 1_000_000
+    with measured(base, pid) as cost:
+        response = _post(base, "/v1/embeddings", {"model": "clap", "modality": "audio", "input": [uri]})
+    error = _error(response, 400, "invalid_media")
+    assert "samples" in error["message"]
+    _refused_cheaply(cost, 3.0)
+    assert cost.grown_mb < 150, cost
+    _report("a 299 s 384 kHz silent FLAC (refused)", cost)
+    with measured(base, pid) as cost:
+        response = _post(base, "/v1/embeddings", {"model": "clap", "modality": "audio",
+                                                  "input": [_silent_flac(48_000, 2, 299)]})
+    assert response.status_code == 200, response.text[:300]
+    _report("the most audio decoded: 299 s of stereo at 48 kHz", cost)
 
 
 # ---- SageMaker JSON Lines --------------------------------------------------------------------------------
@@ -299,6 +463,21 @@ def _items_embedded(base: str) -> float:
     text = httpx.get(base + "/metrics", timeout=30).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith("tessera_batch_size_sum"))
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/jsonlines"])
+def test_deep_json_is_refused_by_invocations(sagemaker, content_type):
+    """SageMaker's /invocations with the deep 8 MB body: 2.2 s and +732 MB before its error."""
+    base, pid = sagemaker
+    with measured(base, pid) as cost:
+        response = httpx.post(base + "/invocations", content=DEEP, timeout=300,
+                              headers={"content-type": content_type,
+                                       "x-amzn-sagemaker-custom-attributes": "route=embeddings"})
+    _error(response, 400, "invalid_json")
+    _refused_cheaply(cost, 2.0)
+    _report(f"deep JSON on /invocations ({content_type}, refused)", cost)
+    brackets = _jsonl(base, [{"input": BRACKETED + str(i)} for i in range(100)])  # brackets in strings only
+    assert brackets.status_code == 200 and brackets.headers["x-tessera-failed-records"] == "0", brackets.text[:300]
 
 
 def test_json_lines_records_count_toward_the_item_limit(sagemaker):
