@@ -49,8 +49,10 @@ from core.bulk.job import (
     job_description,
     prepare_work,
     record_model,
+    text_limit,
     write_part,
 )
+from core.bulk.workfolder import refuse_crossed_paths
 
 MANIFEST = "tessera-batch.json"
 RECORDS = "records"
@@ -144,7 +146,8 @@ async def prepare(settings, options: JobOptions, out_dir: str, records_per_file:
     fields = record_fields(options)
     files, rows = [], 0
     chunks = formats.read_chunks(options.input, fmt=options.format, text_column=options.text_column,
-                                 id_column=options.id_column, rows=records_per_file)
+                                 id_column=options.id_column, rows=records_per_file,
+                                 limit=text_limit(settings, options))
     for index, chunk in enumerate(chunks):
         body = bytearray()
         for offset, (row_id, text) in enumerate(zip(chunk.ids, chunk.texts)):
@@ -232,10 +235,21 @@ def collect(settings, prepared: str, results: str, output: str, *, overwrite: bo
                          id_column=description["id_column"], work_dir=work_dir, overwrite=overwrite,
                          **manifest["options"])
     summary = Summary(output=output)
+    work = options.work_folder(settings.cache_dir)
+    refuse_crossed_paths(options.input, output, work)
     if not overwrite and _output_complete(output, description, summary):
         return summary
-    work = options.work_folder(settings.cache_dir)
-    prepare_work(work, description)
+    folder = prepare_work(work, options, description)
+    try:
+        return _collect_parts(prepared, results, manifest, options, WorkState(folder, description, 0, False),
+                              summary, started)
+    finally:
+        folder.release()
+
+
+def _collect_parts(prepared: str, results: str, manifest: dict, options: JobOptions, state: WorkState,
+                   summary: Summary, started: float) -> Summary:
+    description, model, work = state.description, manifest["model"], state.work
     record_model(work, model)
     parts = done_parts(work)
     resume = parts[-1][1] if parts else 0
@@ -259,4 +273,5 @@ def collect(settings, prepared: str, results: str, output: str, *, overwrite: bo
         raise JobError(f"{len(failures)} record(s) answered an error, so the output is not written (the files "
                        f"before the first such record are kept as parts): " + "; ".join(failures[:5])
                        + ("; ..." if len(failures) > 5 else ""))
-    return finish(WorkState(work, description, resume, False), options, summary, started)
+    state.resume = resume
+    return finish(state, options, summary, started)

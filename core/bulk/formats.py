@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-from core.errors import InvalidInput, require
+from core.errors import InvalidInput, TooLarge, require
 
 FORMATS = ("parquet", "jsonl", "csv", "text")
 #: the key of the output file's metadata holding the job's description (model identity, options, ...)
@@ -79,17 +79,39 @@ class Chunk:
     ids: list  # one per row: the id column's value, or the row number
     texts: list[str]
 
+    def where(self, i: int) -> str:
+        """Row ``i`` of the chunk as an error names it: its row number in the input and its id."""
+        return row_name(self.start + i, self.ids[i])
+
+
+def row_name(row: int, row_id: Any) -> str:
+    return f"row {row} (id {row_id!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class TextLimit:
+    """The most characters a row's text may have, and why (the setting it comes from), for the error."""
+
+    chars: int
+    reason: str
+
+    def refuse(self, row: int, row_id: Any, chars: int | str) -> TooLarge:
+        return TooLarge(f"{row_name(row, row_id)}: the text has {chars} characters; {self.reason}", param="input")
+
 
 def read_chunks(path: str, *, fmt: str = "auto", text_column: str = "text", id_column: str | None = None,
-                rows: int = 8192, skip: int = 0) -> Iterator[Chunk]:
+                rows: int = 8192, skip: int = 0, limit: TextLimit | None = None) -> Iterator[Chunk]:
     """The input's rows in chunks of exactly ``rows`` (the last may be shorter), from row ``skip`` on
     (a resumed job: earlier rows are read past, not returned). Row numbers count every input row (a text
-    file: every line; blank lines are left out but keep their numbers)."""
+    file: every line; blank lines are left out but keep their numbers). A text over ``limit`` stops the
+    read with an error naming its row and id, before it is hashed or tokenized: Parquet and CSV columns are
+    measured in Arrow (from the string offsets) before they become Python strings, a text file's lines are
+    read at most ``limit`` characters at a time."""
     fmt = detect_format(path, fmt)
     pending_ids: list = []
     pending_texts: list = []
     start = skip
-    for first, ids, texts in _batches(path, fmt, text_column, id_column, rows, skip):
+    for first, ids, texts in _batches(path, fmt, text_column, id_column, rows, skip, limit):
         end = first + len(texts)
         if end <= skip:
             continue
@@ -111,14 +133,45 @@ def _check_texts(texts: list, first: int, ids: list) -> None:
             raise InvalidInput(f"row {first + i} (id {ids[i]!r}): the text is {'missing' if text is None else type(text).__name__}, not a string")
 
 
-def _batches(path: str, fmt: str, text_column: str, id_column: str | None, rows: int, skip: int = 0):
+def _check_lengths(texts: list, first: int, ids: list, limit: TextLimit | None) -> None:
+    if limit is None:
+        return
+    for i, text in enumerate(texts):
+        if isinstance(text, str) and len(text) > limit.chars:
+            raise limit.refuse(first + i, ids[i], len(text))
+
+
+def _check_column_lengths(batch, text_column: str, id_column: str | None, first: int, limit: TextLimit | None) -> None:
+    """The text column's lengths from Arrow's offsets (``utf8_length``: characters, as Python counts them),
+    so a giant cell is refused before it becomes a Python string."""
+    if limit is None:
+        return
+    pa = pyarrow()
+    pc = require("pyarrow.compute", "bulk")
+    column = batch.column(text_column)
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        lengths = pc.utf8_length(column)
+    elif pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+        lengths = pc.binary_length(column)  # refused as not a string afterwards; measured first all the same
+    else:
+        return
+    over = pc.greater(lengths, limit.chars)
+    if not pc.any(over).as_py():
+        return
+    i = pc.index(over, True).as_py()
+    row_id = batch.column(id_column)[i].as_py() if id_column else first + i
+    raise limit.refuse(first + i, row_id, lengths[i].as_py())
+
+
+def _batches(path: str, fmt: str, text_column: str, id_column: str | None, rows: int, skip: int = 0,
+             limit: TextLimit | None = None):
     """(first row number, ids, texts) per batch, in input order; rows before ``skip`` may be left out (counted,
     not parsed: a resumed job, or a Ray actor reading its part, reads past them cheaply)."""
     if fmt == "text":
-        yield from _text_lines(path, rows, skip)
+        yield from _text_lines(path, rows, skip, limit)
         return
     if fmt == "jsonl":
-        yield from _json_lines(path, text_column, id_column, rows, skip)
+        yield from _json_lines(path, text_column, id_column, rows, skip, limit)
         return
     columns = [text_column] + ([id_column] if id_column else [])
     if fmt == "parquet":
@@ -136,17 +189,10 @@ def _batches(path: str, fmt: str, text_column: str, id_column: str | None, rows:
             groups.append(group)
         batches = source.iter_batches(batch_size=rows, columns=columns, row_groups=groups)
     else:
-        csv = require("pyarrow.csv", "bulk")
-        pa = pyarrow()
-        delimiter = "\t" if path.lower().removesuffix(".gz").endswith(".tsv") else ","
-        try:
-            batches = csv.open_csv(open_input(path), parse_options=csv.ParseOptions(delimiter=delimiter),
-                                   convert_options=csv.ConvertOptions(include_columns=columns,
-                                                                      column_types={text_column: pa.string()}))
-        except pa.ArrowInvalid as exc:
-            raise InvalidInput(f"--input {path}: {exc}") from None
+        batches = _csv_batches(path, columns, text_column, limit)
     first = first_row if fmt == "parquet" else 0
     for batch in batches:
+        _check_column_lengths(batch, text_column, id_column, first, limit)
         texts = batch.column(text_column).to_pylist()
         ids = batch.column(id_column).to_pylist() if id_column else list(range(first, first + len(texts)))
         _check_texts(texts, first, ids)
@@ -154,12 +200,57 @@ def _batches(path: str, fmt: str, text_column: str, id_column: str | None, rows:
         first += len(texts)
 
 
-def _text_lines(path: str, rows: int, skip: int = 0):
+#: the CSV reader's block (a record must fit one): its default, or room for a text at the limit (4 bytes a
+#: character in UTF-8, each doubled if all are quotes) and the rest of its record
+CSV_BLOCK_BYTES = 1 << 20
+
+
+def _csv_batches(path: str, columns: list[str], text_column: str, limit: TextLimit | None):
+    csv = require("pyarrow.csv", "bulk")
+    pa = pyarrow()
+    delimiter = "\t" if path.lower().removesuffix(".gz").endswith(".tsv") else ","
+    block = CSV_BLOCK_BYTES if limit is None else max(CSV_BLOCK_BYTES, 8 * limit.chars + CSV_BLOCK_BYTES)
+    try:
+        reader = csv.open_csv(open_input(path), read_options=csv.ReadOptions(block_size=block),
+                              parse_options=csv.ParseOptions(delimiter=delimiter),
+                              convert_options=csv.ConvertOptions(include_columns=columns,
+                                                                 column_types={text_column: pa.string()}))
+        yield from reader
+    except pa.ArrowInvalid as exc:
+        if "straddl" in str(exc) and limit is not None:
+            raise TooLarge(f"--input {path}: a CSV record holds more than {block} bytes, more than any text within "
+                           f"the limit takes ({limit.reason})", param="input") from None
+        raise InvalidInput(f"--input {path}: {exc}") from None
+
+
+def _bounded_lines(stream, limit: TextLimit | None, number_of: Callable[[], tuple[int, int]]):
+    """The stream's lines, each read at most ``limit.chars`` characters (and its line end) at a time: a longer
+    line is refused (counted to its end, never held) with the row and id ``number_of()`` gives."""
+    if limit is None:
+        yield from stream
+        return
+    while True:
+        line = stream.readline(limit.chars + 1)
+        if not line:
+            return
+        if len(line) > limit.chars and not line.endswith("\n"):
+            chars = len(line)
+            while True:
+                rest = stream.readline(1 << 20)
+                chars += len(rest.rstrip("\n"))
+                if not rest or rest.endswith("\n"):
+                    break
+            row, row_id = number_of()
+            raise limit.refuse(row, row_id, chars)
+        yield line
+
+
+def _text_lines(path: str, rows: int, skip: int = 0, limit: TextLimit | None = None):
     import io
 
     stream = io.TextIOWrapper(open_input(path), encoding="utf-8", newline=None)
     ids, texts, first, number = [], [], 0, 0
-    for line in stream:
+    for line in _bounded_lines(stream, limit, lambda: (first + len(texts), number)):
         text = line.rstrip("\n")
         if text.strip():
             if first < skip:  # a row before skip: counted only
@@ -176,7 +267,8 @@ def _text_lines(path: str, rows: int, skip: int = 0):
         yield first, ids, texts
 
 
-def _json_lines(path: str, text_column: str, id_column: str | None, rows: int, skip: int = 0):
+def _json_lines(path: str, text_column: str, id_column: str | None, rows: int, skip: int = 0,
+                limit: TextLimit | None = None):
     import io
 
     stream = io.TextIOWrapper(open_input(path), encoding="utf-8")
@@ -201,10 +293,12 @@ def _json_lines(path: str, text_column: str, id_column: str | None, rows: int, s
         number += 1
         if len(texts) >= rows:
             _check_texts(texts, first, ids)
+            _check_lengths(texts, first, ids, limit)
             yield first, ids, texts
             first, ids, texts = first + len(texts), [], []
     if texts:
         _check_texts(texts, first, ids)
+        _check_lengths(texts, first, ids, limit)
         yield first, ids, texts
 
 

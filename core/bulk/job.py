@@ -6,8 +6,10 @@ only the texts never seen go to the engine (in requests of ``request_texts``, ``
 flight, so the batcher stays full), and the chunk's ids and vectors are written as one part file, atomically
 (written beside, then renamed). A killed job (SIGKILL included) resumes after its last whole part: parts
 cover consecutive row ranges, so every id is written exactly once. When every row is in a part, the parts
-are merged into the output file with the job's description in its metadata, and the work folder is removed;
-the same command run again then finds the output complete and does no model work.
+are merged into the output file with the job's description in its metadata, and the job's files in the work
+folder are deleted (core/bulk/workfolder.py: the job writes and deletes only its own files, holds a lock on the
+folder while it runs, and never lets the output replace the input); the same command run again then finds the
+output complete and does no model work.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import asyncio
 import hashlib
 import json
 import os
-import shutil
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,15 +27,11 @@ from typing import Any, Callable
 import numpy as np
 
 from core.bulk import formats
+from core.bulk.errors import JobError
+from core.bulk.workfolder import WorkFolder, refuse_crossed_paths
 from core.errors import TesseraError
 
 EMBEDDING_TYPES = ("float", "int8", "uint8", "binary", "ubinary")
-
-
-class JobError(TesseraError):
-    """The job cannot run as asked (a model or option that does not fit, a work folder of another job)."""
-
-    status, type, code = 400, "invalid_request_error", "bulk_job"
 
 
 @dataclass
@@ -82,6 +80,16 @@ class JobOptions:
         if formats.is_uri(self.output):
             return Path(cache_dir) / "jobs" / hashlib.sha256(self.output.encode()).hexdigest()[:16]
         return Path(self.output + ".parts")
+
+
+def text_limit(settings, options: JobOptions) -> formats.TextLimit:
+    """The characters a row's text may have: the server's ``max_chars_per_item``, less a literal ``--prompt``
+    (put before every text, it counts toward each item's characters as on /v1/embeddings)."""
+    limit = settings.max_chars_per_item
+    prompt = len(options.prompt or "")
+    if not prompt:
+        return formats.TextLimit(limit, f"max_chars_per_item is {limit}")
+    return formats.TextLimit(limit - prompt, f"max_chars_per_item is {limit}, less the {prompt}-character --prompt")
 
 
 def model_source(spec) -> dict:
@@ -202,15 +210,16 @@ class ChunkEmbedder:
         request.truncation_direction = self._template.truncation_direction
         return await self.engine(request, deadline=None)
 
-    async def embed(self, texts: list[str]) -> np.ndarray:
+    async def embed(self, texts: list[str], where: Callable[[int], str] | None = None) -> np.ndarray:
         """The chunk's vectors in order (quantized as the job asks); each distinct text the store lacks
-        runs once."""
+        runs once. ``where(i)`` names text ``i`` in the input (a refused text's error names its row)."""
         from core.serving.embeddings import quantized
         from core.cache import decode_value, encode_value
 
         cache = self.cache
         keys = [cache.key(self._prefix, t) for t in texts]
         distinct = list(dict.fromkeys(keys))
+        first_at = {k: i for i, k in reversed(list(enumerate(keys)))}
         found = dict(zip(distinct, await cache.lookup(distinct)))
         first_text = dict(zip(reversed(keys), reversed(texts)))
         missing = [k for k in distinct if found[k] is None]
@@ -220,7 +229,12 @@ class ChunkEmbedder:
 
         async def one(part: list[bytes]) -> None:
             async with gate:
-                result = await self._run([first_text[k] for k in part])
+                try:
+                    result = await self._run([first_text[k] for k in part])
+                except TesseraError as exc:
+                    if where is not None:
+                        name_row(exc, lambda j: where(first_at[part[j]]))
+                    raise
             new = {}
             for k, vector, tokens in zip(part, result.vectors, result.input_tokens):
                 vectors[k] = vector
@@ -241,6 +255,18 @@ class ChunkEmbedder:
             await self.cache.close()
         if self._registry is not None:
             await self._registry.stop(drain=True, timeout=self.settings.shutdown_grace_s)
+
+
+_REQUEST_ITEM = re.compile(r"input\[(\d+)\]")
+
+
+def name_row(exc: TesseraError, where: Callable[[int], str]) -> None:
+    """An engine error about ``input[j]`` of one of the job's internal requests, reworded to name the row of
+    the input it came from (``where(j)``): the request's place means nothing to the job's user."""
+    match = _REQUEST_ITEM.match(exc.message)
+    if match is not None:
+        exc.message = where(int(match.group(1))) + exc.message[match.end():]
+        exc.args = (exc.message,)
 
 
 # --- the work folder ------------------------------------------------------------------------------------
@@ -272,19 +298,24 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     os.replace(tmp, path)
 
 
-def prepare_work(work: Path, description: dict) -> None:
-    work.mkdir(parents=True, exist_ok=True)
-    for stray in work.glob("*.tmp"):
-        stray.unlink()
-    job_file = work / "job.json"
-    if job_file.exists():
-        recorded = json.loads(job_file.read_text())
-        if recorded != description:
-            changed = sorted(k for k in set(recorded) | set(description) if recorded.get(k) != description.get(k))
-            raise JobError(f"{work} holds part of another job (it differs in: {', '.join(changed)}); run the same "
-                           "command to resume it, or remove the folder to start this one")
-    else:
-        write_atomic(job_file, lambda p: p.write_text(json.dumps(description, sort_keys=True)))
+def prepare_work(work: Path, options: JobOptions, description: dict) -> WorkFolder:
+    """The job's work folder taken (core/bulk/workfolder.py: made or found empty, or the job's own; locked)
+    and checked to hold this job's parts, if any. The lock is held until the folder is removed or released."""
+    folder = WorkFolder.take(work, input=options.input, output=options.output, description=description)
+    try:
+        job_file = work / "job.json"
+        if job_file.exists():
+            recorded = json.loads(job_file.read_text())
+            if recorded != description:
+                changed = sorted(k for k in set(recorded) | set(description) if recorded.get(k) != description.get(k))
+                raise JobError(f"{work} holds part of another job (it differs in: {', '.join(changed)}); run the "
+                               "same command to resume it, or remove the folder to start this one")
+        else:
+            write_atomic(job_file, lambda p: p.write_text(json.dumps(description, sort_keys=True)))
+    except BaseException:
+        folder.release()
+        raise
+    return folder
 
 
 # --- the job --------------------------------------------------------------------------------------------
@@ -294,26 +325,33 @@ def prepare_work(work: Path, description: dict) -> None:
 class WorkState:
     """A job's work folder as found at the start of a run: where it is and the rows already in parts."""
 
-    work: Path
+    folder: WorkFolder  # taken and locked for this run
     description: dict
     resume: int
     complete: bool  # every input row is in a part: only the merge is left
 
+    @property
+    def work(self) -> Path:
+        return self.folder.path
+
 
 def begin(settings, options: JobOptions, summary: Summary, description: dict | None = None) -> WorkState | None:
     """Check the input, the output and the work folder. None: the output is already this job's, whole.
-    ``description``: the job's (default :func:`job_description`; a remote model describes itself)."""
+    ``description``: the job's (default :func:`job_description`; a remote model describes itself). The work
+    folder comes back locked: :func:`finish` removes it, a run that stops early releases it
+    (``state.folder.release()``)."""
     if not formats.is_uri(options.input) and not Path(options.input).is_file():
         raise JobError(f"--input {options.input}: no such file")
+    work = options.work_folder(settings.cache_dir)
+    refuse_crossed_paths(options.input, options.output, work)
     formats.pyarrow()  # the [bulk] extra, before any work
     description = description or job_description(settings, options)
     if not options.overwrite and _output_complete(options.output, description, summary):
         return None
-    work = options.work_folder(settings.cache_dir)
-    prepare_work(work, description)
+    folder = prepare_work(work, options, description)
     parts = done_parts(work)
     summary.resumed_from = parts[-1][1] if parts else 0
-    return WorkState(work, description, summary.resumed_from, (work / "complete.json").exists())
+    return WorkState(folder, description, summary.resumed_from, (work / "complete.json").exists())
 
 
 def record_model(work: Path, model: dict) -> None:
@@ -337,7 +375,8 @@ def write_part(work: Path, start: int, ids: list, vectors, metadata: dict, id_na
 
 
 def finish(state: WorkState, options: JobOptions, summary: Summary, started: float) -> Summary:
-    """Every row is in a part: mark it, merge the parts into the output, remove the work folder."""
+    """Every row is in a part: mark it, merge the parts into the output, delete the job's files from the work
+    folder (and the folder, if the job made it) and release its lock."""
     work = state.work
     if not state.complete:
         parts = done_parts(work)
@@ -345,7 +384,7 @@ def finish(state: WorkState, options: JobOptions, summary: Summary, started: flo
     model = json.loads((work / "model.json").read_text()) if (work / "model.json").exists() else {}
     summary.rows = merge_parts(work, options.output, {"job": state.description, "model": model,
                                                       "options": options.vector_options()})
-    shutil.rmtree(work, ignore_errors=True)
+    state.folder.remove()
     summary.seconds = time.monotonic() - started
     return summary
 
@@ -357,17 +396,20 @@ async def run_local(settings, options: JobOptions, progress=None) -> Summary:
     state = begin(settings, options, summary)
     if state is None:
         return summary
-    if not state.complete:
-        embedder = await ChunkEmbedder(settings, options, store=_job_store(settings, state.work)).start()
-        try:
-            record_model(state.work, embedder.model_metadata())
-            await _embed_parts(embedder, options, state.work, state.resume, summary, progress)
-        finally:
-            await embedder.close()
-        summary.computed = embedder.cache.misses
-        summary.from_cache = getattr(embedder.cache.store, "shared_hits", 0)
-        summary.repeated = embedder.cache.hits - summary.from_cache
-    finish(state, options, summary, started)
+    try:
+        if not state.complete:
+            embedder = await ChunkEmbedder(settings, options, store=_job_store(settings, state.work)).start()
+            try:
+                record_model(state.work, embedder.model_metadata())
+                await _embed_parts(embedder, options, state.work, state.resume, summary, progress)
+            finally:
+                await embedder.close()
+            summary.computed = embedder.cache.misses
+            summary.from_cache = getattr(embedder.cache.store, "shared_hits", 0)
+            summary.repeated = embedder.cache.hits - summary.from_cache
+        finish(state, options, summary, started)
+    finally:
+        state.folder.release()
     if progress is not None:
         progress.finish()
     return summary
@@ -400,7 +442,8 @@ def _output_complete(output: str, description: dict, summary: Summary) -> bool:
 async def _embed_parts(embedder: ChunkEmbedder, options: JobOptions, work: Path, resume: int, summary: Summary,
                        progress) -> None:
     chunks = formats.read_chunks(options.input, fmt=options.format, text_column=options.text_column,
-                                 id_column=options.id_column, rows=options.rows_per_part, skip=resume)
+                                 id_column=options.id_column, rows=options.rows_per_part, skip=resume,
+                                 limit=text_limit(embedder.settings, options))
     id_name = options.id_column or "id"
     metadata = {"model": embedder.model_metadata(), "options": options.vector_options()}
     if progress is not None:
@@ -412,7 +455,7 @@ async def _embed_parts(embedder: ChunkEmbedder, options: JobOptions, work: Path,
         if chunk is None:
             break
         next_chunk = asyncio.ensure_future(asyncio.to_thread(next, chunks, None))  # read ahead while embedding
-        vectors = await embedder.embed(chunk.texts)
+        vectors = await embedder.embed(chunk.texts, chunk.where)
         if writing is not None:
             await writing
         writing = asyncio.ensure_future(asyncio.to_thread(write_part, work, chunk.start, chunk.ids, vectors, metadata,

@@ -17,7 +17,8 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from core.bulk import formats
-from core.bulk.job import JobError, JobOptions, Summary, begin, finish, record_model, write_part
+from core.bulk.job import JobError, JobOptions, Summary, begin, finish, record_model, text_limit, write_part
+from core.bulk.workfolder import refuse_crossed_paths
 
 #: embed_shard's options: what changes a vector (the job's, as /v1/embeddings' keywords)
 SHARD_OPTIONS = ("dimensions", "normalize", "prompt", "prompt_name", "truncate", "chunking", "embedding_type")
@@ -55,14 +56,17 @@ def run_modal_job(settings, options: JobOptions, embed_map: Callable[[list[list[
     model work and ``describe()`` (its ``describe_model``) naming the model. A ``volume://NAME/PATH`` input
     or output is read or written through ``volume_of(NAME)`` (default ``modal.Volume.from_name``;
     core/bulk/modal_volume.py)."""
-    from core.bulk.modal_volume import VolumeFiles, is_volume
+    from core.bulk.modal_volume import VolumeFiles, is_volume, refuse_same_volume_file
     from core.bulk.store import SqliteStore
 
     started = time.monotonic()
     summary = Summary(output=options.output)
+    refuse_same_volume_file(options)
     volumes = None
     if is_volume(options.input) or is_volume(options.output):
         volumes = VolumeFiles(options, settings.cache_dir, volume_of or _volume_from_name)
+    local = volumes.local_options if volumes is not None else options
+    refuse_crossed_paths(local.input, local.output, local.work_folder(settings.cache_dir))  # before the model's
     model = describe()
     if options.dimensions:
         model["dimension"] = options.dimensions
@@ -78,16 +82,19 @@ def run_modal_job(settings, options: JobOptions, embed_map: Callable[[list[list[
         if volumes is not None:
             volumes.publish_output()
         return summary
-    if not state.complete:
-        record_model(state.work, model)
-        store = SqliteStore(state.work / "vectors.sqlite")
-        prefix = hashlib.blake2b(json.dumps(description, sort_keys=True).encode(), digest_size=16).digest()
-        try:
-            _embed_parts(store, prefix, options, state.work, state.resume, model, summary, embed_map, shard_size,
-                         window)
-        finally:
-            asyncio.run(store.close())
-    finish(state, options, summary, started)
+    try:
+        if not state.complete:
+            record_model(state.work, model)
+            store = SqliteStore(state.work / "vectors.sqlite")
+            prefix = hashlib.blake2b(json.dumps(description, sort_keys=True).encode(), digest_size=16).digest()
+            try:
+                _embed_parts(store, prefix, options, state.work, state.resume, model, summary, embed_map,
+                             shard_size, window, text_limit(settings, options))
+            finally:
+                asyncio.run(store.close())
+        finish(state, options, summary, started)
+    finally:
+        state.folder.release()
     if volumes is not None:
         volumes.publish_output()
     return summary
@@ -100,9 +107,9 @@ def _volume_from_name(name: str):
 
 
 def _embed_parts(store, prefix: bytes, options, work: Path, resume: int, model: dict, summary: Summary, embed_map,
-                 shard_size: int, window: int) -> None:
+                 shard_size: int, window: int, limit: formats.TextLimit) -> None:
     chunks = formats.read_chunks(options.input, fmt=options.format, text_column=options.text_column,
-                                 id_column=options.id_column, rows=options.rows_per_part, skip=resume)
+                                 id_column=options.id_column, rows=options.rows_per_part, skip=resume, limit=limit)
     metadata = {"model": model, "options": options.vector_options()}
     kwargs = shard_options(options)
     id_name = options.id_column or "id"

@@ -62,6 +62,16 @@ def refuse_off_modal(options: JobOptions, runner: str) -> None:
                            "copy the file with `modal volume get` / `modal volume put`")
 
 
+def refuse_same_volume_file(options: JobOptions) -> None:
+    """A ``volume://`` output naming the input's file (however spelled) is refused before anything is
+    fetched: its upload would replace the corpus on the Volume. Local paths are checked by the job itself
+    (core/bulk/workfolder.py), on the copies this machine runs."""
+    if is_volume(options.input) and is_volume(options.output):
+        if parse(options.input, "--input") == parse(options.output, "--output"):
+            raise JobError(f"--output {options.output} is the input file ({options.input}); the output never "
+                           "replaces the input: name another --output")
+
+
 class VolumeFiles:
     """The job's input and output where either is on a Volume. ``volume_of(name)``: the Volume's handle
     (``modal.Volume.from_name``)."""

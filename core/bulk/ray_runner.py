@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from core.bulk import formats
-from core.bulk.job import JobOptions, Summary, begin, finish, record_model, write_part
+from core.bulk.job import JobOptions, Summary, begin, finish, record_model, text_limit, write_part
 from core.errors import require
 
 
@@ -44,9 +44,10 @@ class EmbedActor:
         for start, end in zip(batch["start"], batch["end"]):
             chunk = next(formats.read_chunks(self.options.input, fmt=self.options.format,
                                              text_column=self.options.text_column, id_column=self.options.id_column,
-                                             rows=int(end) - int(start), skip=int(start)))
+                                             rows=int(end) - int(start), skip=int(start),
+                                             limit=text_limit(self.embedder.settings, self.options)))
             before = (self.embedder.cache.misses, self.embedder.cache.hits)
-            vectors = self.loop.run_until_complete(self.embedder.embed(chunk.texts))
+            vectors = self.loop.run_until_complete(self.embedder.embed(chunk.texts, chunk.where))
             out["start"].append(int(start))
             out["ids"].append(list(chunk.ids))
             out["vectors"].append(np.asarray(vectors))
@@ -86,13 +87,14 @@ def _column(values: list) -> Any:
     return column
 
 
-def part_ranges(options: JobOptions, resume: int) -> list[tuple[int, int]]:
-    """The row ranges still to do: the input's rows counted (one pass; Parquet: its footer)."""
+def part_ranges(options: JobOptions, resume: int, limit: formats.TextLimit | None = None) -> list[tuple[int, int]]:
+    """The row ranges still to do: the input's rows counted (one pass, which refuses a text over ``limit``
+    before any actor starts; Parquet: its footer)."""
     total = formats.input_rows(options.input)
     if total is None:
         total = 0
         for chunk in formats.read_chunks(options.input, fmt=options.format, text_column=options.text_column,
-                                         id_column=options.id_column, rows=options.rows_per_part):
+                                         id_column=options.id_column, rows=options.rows_per_part, limit=limit):
             total = chunk.start + len(chunk.texts)
     step = options.rows_per_part
     return [(start, min(start + step, total)) for start in range(resume, total, step)]
@@ -116,11 +118,14 @@ def run_ray(settings, options: JobOptions, *, actors: int | None = None, num_cpu
     state = begin(settings, options, summary)
     if state is None:
         return summary
-    if not state.complete:
-        ranges = part_ranges(options, state.resume)
-        if ranges:
-            _embed_on_ray(settings, options, state.work, ranges, summary, actors, num_cpus)
-    return finish(state, options, summary, started)
+    try:
+        if not state.complete:
+            ranges = part_ranges(options, state.resume, text_limit(settings, options))
+            if ranges:
+                _embed_on_ray(settings, options, state.work, ranges, summary, actors, num_cpus)
+        return finish(state, options, summary, started)
+    finally:
+        state.folder.release()
 
 
 def _embed_on_ray(settings, options, work, ranges, summary, actors, num_cpus) -> None:
