@@ -456,9 +456,12 @@ def remote_registry(settings: Settings, address: str, *, metrics: Metrics | None
     registry = Registry(allow_degraded=settings.allow_degraded)
     for name, (report, model_links) in models.items():
         registry.engines[name] = _remote_engine(settings, report, model_links, metrics, tracer)
+    # why a model is not served: it failed to load on its executor (allow_degraded), with the device
+    errors = {name: f"{error} (on {device})" for device, entry in described["executors"].items()
+              for name, error in entry.get("failed", {}).items()}
     for spec in settings.model_specs():
         if spec.served_name not in registry.engines:
-            registry.failed[spec.served_name] = _failed(spec, "no executor serves it")
+            registry.failed[spec.served_name] = _failed(spec, errors.get(spec.served_name, "no executor serves it"))
     return registry
 
 

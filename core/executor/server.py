@@ -288,32 +288,47 @@ def executor_main(settings, device: str, specs: list, socket_path: str, conn, pa
     configure_logging(settings.log_level, fmt=settings.log_format)
     set_parallelism(settings.tokenizer_parallelism)
     metrics = Metrics()
-    engines = {}
+    engines, failed = {}, {}
     for spec in specs:
-        try:
-            with metrics.muted():  # the warm-up pass is not the users' work
-                engines[spec.served_name] = Engine.load(spec, settings, metrics)
-        except TesseraError as exc:
-            conn.send(("failed", spec.served_name, exc.message))
+        error = _load(Engine, spec, settings, metrics, engines)
+        if error is None:
+            continue
+        log.error("model %s failed to load on %s: %s", spec.served_name, device, error)
+        if not settings.allow_degraded:
+            conn.send(("failed", spec.served_name, error))
             return
-        except (OSError, ValueError, RuntimeError, ImportError) as exc:
-            conn.send(("failed", spec.served_name, f"{type(exc).__name__}: {exc}"))
-            return
+        failed[spec.served_name] = error
     report = {name: model_report(engine) for name, engine in engines.items()}
-    asyncio.run(_serve(engines, device, socket_path, conn, report, settings.shutdown_grace_s, metrics))
+    asyncio.run(_serve(engines, device, socket_path, conn, report, settings.shutdown_grace_s, metrics, failed))
+
+
+def _load(engine_class, spec, settings, metrics, engines: dict) -> str | None:
+    """Load ``spec`` into ``engines`` (weights and warm-up); None, or why it failed (as ``Registry.from_settings``
+    records a failed model: the error's message, or the exception's type and text)."""
+    try:
+        with metrics.muted():  # the warm-up pass is not the users' work
+            engines[spec.served_name] = engine_class.load(spec, settings, metrics)
+    except TesseraError as exc:
+        return exc.message
+    except (OSError, ValueError, RuntimeError, ImportError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 async def _serve(engines: dict, device: str, socket_path: str, conn, report: dict, grace: float,
-                 metrics=None) -> None:
+                 metrics=None, failed: dict | None = None) -> None:
+    """Serve ``engines``; ``failed``: the models of this device that did not load (``allow_degraded``), by name,
+    with why: reported with the others, so that the front ends answer for them as a one-process server does."""
     server = ExecutorServer(engines, device, metrics)
     await server.serve(socket_path)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
-    conn.send(("ready", report))
+    conn.send(("ready", report, failed or {}))
     conn.close()
-    log.info("executor %s (pid %d) serves %s", device, os.getpid(), ", ".join(engines))
+    log.info("executor %s (pid %d) serves %s%s", device, os.getpid(), ", ".join(engines) or "no model",
+             f" ({', '.join(sorted(failed))} failed to load)" if failed else "")
     restore_collector = tune_for_serving()
     try:
         await stop.wait()

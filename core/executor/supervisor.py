@@ -53,6 +53,8 @@ class _Executor:
     socket: str
     process: Any = None
     report: dict = field(default_factory=dict)
+    #: the models of this device that did not load (``allow_degraded``), by name, with why
+    failed: dict = field(default_factory=dict)
     pipe: Any = None
 
 
@@ -68,7 +70,10 @@ class ExecutorSet:
     @classmethod
     def start(cls, settings: Settings) -> "ExecutorSet":
         """Spawn one executor per device and block until each has loaded and warmed its models;
-        ``StartupFailed`` naming the model and device when one cannot (the others are stopped)."""
+        ``StartupFailed`` naming the model and device when one cannot (the others are stopped). With
+        ``allow_degraded`` the rule of a one-process server (``Registry.raise_if_unusable``): the models that
+        loaded serve, those that failed are reported failed (``executors.json``: each device's ``failed``), and
+        the start fails only when no model loaded at all."""
         devices = plan(settings)
         run_dir = new_run_dir()
         executors = {device: _Executor(device, specs, executor_socket(run_dir, device))
@@ -79,6 +84,7 @@ class ExecutorSet:
                 self._spawn(executor)
             for executor in executors.values():
                 self._wait_ready(executor)
+            self._raise_if_unusable()
         except BaseException:
             self.stop(timeout=5.0)
             raise
@@ -175,6 +181,7 @@ class ExecutorSet:
                         message = None
                     if message is not None and message[0] == "ready":
                         executor.report = message[1]
+                        executor.failed = message[2] if len(message) > 2 else {}
                         return
                     if message is not None and message[0] == "failed":
                         raise StartupFailed(f"model {message[1]!r} failed to load on {executor.device}: {message[2]}")
@@ -187,9 +194,24 @@ class ExecutorSet:
         finally:
             pipe.close()
 
+    def failed(self) -> dict[str, str]:
+        """The models no executor serves because they failed to load (``allow_degraded``): name → why, with the
+        device (a model that loaded on another of its devices is served there, and not in this map)."""
+        served = {name for e in self.executors.values() for name in e.report}
+        return {name: f"{error} (on {e.device})" for e in self.executors.values() for name, error in e.failed.items()
+                if name not in served}
+
+    def _raise_if_unusable(self) -> None:
+        """``Registry.raise_if_unusable``'s rule for the whole set (executors report a failed model only under
+        ``allow_degraded``; without it the first failure already stopped the start): no model loaded anywhere."""
+        if any(e.report for e in self.executors.values()):
+            return
+        reasons = "; ".join(f"{name}: {why}" for name, why in self.failed().items())
+        raise StartupFailed(f"no model could be loaded ({reasons or 'none configured'})")
+
     def _write_address(self) -> None:
         write_address(self.run_dir, self.shm_prefix, {e.device: {"socket": e.socket, "pid": e.process.pid,
-                                                                 "models": e.report}
+                                                                 "models": e.report, "failed": e.failed}
                                                       for e in self.executors.values()})
 
 
