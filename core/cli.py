@@ -340,8 +340,6 @@ def main(argv: list[str] | None = None) -> int:
         from core.bulk.cli import run_batch_transform
 
         return run_batch_transform(args, settings)
-    import uvicorn
-
     from core.api.app import create_app
     from core.engine import Registry
     from core.logs import configure_logging, uvicorn_log_options
@@ -381,9 +379,26 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     app = create_app(settings, registry, metrics=metrics, tracer=tracer)
     app.state.frontends = plan
-    uvicorn.run(app, host=settings.host, port=int(settings.port), loop="auto",
-                **http_options(settings.max_header_bytes), access_log=False, log_level=settings.log_level.lower(),
-                timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),  # 0: stop now
-                **uvicorn_log_options(settings.log_format))
+    return run_uvicorn(app, host=settings.host, port=int(settings.port), loop="auto",
+                       **http_options(settings.max_header_bytes), access_log=False,
+                       log_level=settings.log_level.lower(),
+                       timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),  # 0: stop now
+                       **uvicorn_log_options(settings.log_format))
+
+
+def run_uvicorn(app, **options) -> int:
+    """``uvicorn.run(app)`` with the lifespan required (``lifespan="on"``: a start-up that fails stops the
+    server instead of leaving one that answers 500), and the reason of such a failure printed last, in one
+    line (``app.state.startup_failure``, core.api.app); exit status 1 then, 0 after a normal stop."""
+    import uvicorn
+
+    try:
+        uvicorn.run(app, lifespan="on", **options)
+    except SystemExit:
+        failure = getattr(app.state, "startup_failure", None)
+        if failure is None:
+            raise
+        print(f"tessera: {failure}", file=sys.stderr, flush=True)
+        return 1
     return 0
 

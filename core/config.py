@@ -10,11 +10,13 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator,
+                      model_validator)
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 from pydantic_settings.sources.utils import parse_env_vars
@@ -24,9 +26,56 @@ from core.backends.catalog import options_models
 from core.errors import ConfigError
 
 CPU_BATCH_TOKENS = 512
+#: the ranges a setting may take: far beyond any real deployment, short of what breaks a start or a request
+DAY_S = 86_400.0  # every duration: finite, at most a day
+MAX_THREADS = 1024
+MAX_FRONTENDS = 64
+MAX_QUEUE_ITEMS = 10_000_000
+MAX_TOKENS = 1 << 20  # a sequence, a window, a batch's padded tokens
+GIB = 1 << 30
 #: the levels uvicorn and the logging set-up both know (core.logs.level_number)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 ACCELERATOR_BATCH_TOKENS = 16384
+
+
+#: the control characters a prompt's text may hold (an instruction over several lines)
+_PROMPT_WHITESPACE = frozenset("\t\n\r")
+
+
+def control_character(text: str, allowed: frozenset[str] = frozenset()) -> str | None:
+    """The first control character of ``text`` (C0, DEL, C1) not in ``allowed``, as U+XXXX, or None. No setting
+    holds one: in a path it is a NUL the system refuses, in a name, URL or header value a line break that
+    splits a log line or a response head."""
+    for char in text:
+        if (char < " " or "\x7f" <= char <= "\x9f") and char not in allowed:
+            return f"U+{ord(char):04X}"
+    return None
+
+
+def _strings_of(value: Any) -> list[str]:
+    """The strings a setting's value holds (itself, a list's or a mapping's keys and values); none inside a
+    nested model, which checks its own."""
+    if isinstance(value, (str, Path)):
+        return [str(value)]
+    if isinstance(value, (list, tuple)):
+        return [text for item in value for text in _strings_of(item)]
+    if isinstance(value, dict):
+        return [text for pair in value.items() for item in pair for text in _strings_of(item)]
+    return []
+
+
+def no_control_characters(value: Any, info: ValidationInfo) -> Any:
+    """A field validator for every field of a settings model: its strings hold no control character (the
+    texts of ``prompts`` may hold tabs and line breaks: an instruction over several lines)."""
+    if info.field_name == "prompts" and isinstance(value, dict):
+        checked = [(name, frozenset()) for name in value] + [(text, _PROMPT_WHITESPACE) for text in value.values()]
+    else:
+        checked = [(text, frozenset()) for text in _strings_of(value)]
+    for text, allowed in checked:
+        found = control_character(str(text), allowed)
+        if found is not None:
+            raise ValueError(f"holds the control character {found}: no setting may")
+    return value
 
 
 class ChunkingDefault(BaseModel):
@@ -35,8 +84,15 @@ class ChunkingDefault(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    size: int | None = Field(default=None, gt=0, description="tokens per window; default: the model's max length")
-    overlap: int = Field(default=0, ge=0, description="tokens shared by consecutive windows")
+    size: int | None = Field(default=None, gt=0, le=MAX_TOKENS,
+                             description="tokens per window; default: the model's max length")
+    overlap: int = Field(default=0, ge=0, le=MAX_TOKENS, description="tokens shared by consecutive windows")
+
+    @model_validator(mode="after")
+    def _overlap_inside_window(self) -> "ChunkingDefault":
+        if self.size is not None and self.overlap >= self.size:
+            raise ValueError(f"overlap {self.overlap} must be less than the window's size {self.size}")
+        return self
 
 
 #: backend name → the model of the options only it reads (``spec.onnx``, ``spec.torch``), as the backends
@@ -99,21 +155,23 @@ class _ModelSpecFields(BaseModel):
                        "int8_float16). Unset on CUDA with backend auto: the fastest of float16 / bfloat16 (and ONNX "
                        "Runtime's CUDA provider) that keeps parity with float32, measured once per GPU (docs/backends.md)")
     max_batch_tokens: int | None = Field(
-        default=None, gt=0,
+        default=None, gt=0, le=MAX_TOKENS,
         description="padded tokens per batch; default: 512 on CPU, 16384 on accelerators (on a CPU, larger "
         "batches outgrow the caches and run slower per item)",
     )
-    max_batch_size: int = Field(default=64, gt=0, description="items per batch")
-    max_queue_items: int = Field(default=4096, gt=0, description="queued items before 429")
+    max_batch_size: int = Field(default=64, gt=0, le=65_536, description="items per batch")
+    max_queue_items: int = Field(default=4096, gt=0, le=MAX_QUEUE_ITEMS, description="queued items before 429")
     inline_batch_ms: float = Field(
-        default=1.0, ge=0,
+        default=1.0, ge=0, le=60_000, allow_inf_nan=False,
         description="on a CPU, a batch expected to run in under this many ms (from the batches of its size run so "
         "far) runs on the event loop instead of the inference thread, whose hand-over costs more CPU than such a "
         "batch (a tiny model's); 0: every batch on the inference thread (docs/architecture.md#batching)",
     )
-    max_length: int | None = Field(default=None, gt=0, description="override the model's max sequence length")
-    threads: int | None = Field(default=None, gt=0, description="runtime threads; default: settings.threads")
-    pad_to_multiple_of: int = Field(default=1, gt=0, description="pad batches to a multiple of this")
+    max_length: int | None = Field(default=None, gt=0, le=MAX_TOKENS,
+                                   description="override the model's max sequence length")
+    threads: int | None = Field(default=None, gt=0, le=MAX_THREADS,
+                                description="runtime threads; default: settings.threads")
+    pad_to_multiple_of: int = Field(default=1, gt=0, le=4096, description="pad batches to a multiple of this")
     prompts: dict[str, str] = Field(
         default_factory=dict,
         description="named prompts (prompt_name → text), added to config_sentence_transformers.json's",
@@ -141,6 +199,8 @@ class _ModelSpecFields(BaseModel):
         "tokens; a request's chunking overrides it, chunking: false turns it off; docs/text-tasks.md)",
     )
 
+    _plain_strings = field_validator("*")(no_control_characters)
+
     @model_validator(mode="before")
     @classmethod
     def _nest_flat_options(cls, data: Any) -> Any:
@@ -151,6 +211,17 @@ class _ModelSpecFields(BaseModel):
         for key in [k for k in data if k in FLAT_OPTIONS]:
             _nest(data, key, data.pop(key))
         return data
+
+    @model_validator(mode="after")
+    def _plain_option_strings(self) -> "ModelSpec":
+        """The strings of the backends' own options hold no control character either (as every field's)."""
+        for backend, options in self.backend_options().items():
+            for name in type(options).model_fields:
+                for text in _strings_of(getattr(options, name)):
+                    found = control_character(text)
+                    if found is not None:
+                        raise ValueError(f"{backend}.{name} holds the control character {found}: no setting may")
+        return self
 
     @model_validator(mode="after")
     def _resolve_auto_device(self) -> "ModelSpec":
@@ -272,6 +343,35 @@ def default_model_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
+#: one segment of ``root_path`` / ``url_prefix``: URL-unreserved characters only (nothing a proxy or a
+#: browser would decode, normalise or split on)
+_PREFIX_SEGMENT = re.compile(r"[A-Za-z0-9._~-]+")
+
+
+def read_api_keys_file(path: Path) -> list[str]:
+    """The keys of an ``api_keys_file``: its non-blank lines, stripped. ValueError (one line, naming the
+    file, never a key) when it cannot be read or holds no key: a file meant to hold keys that yields none
+    must not leave the server open."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file (a file of API keys, one per line)") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path}: a directory, not a file of API keys") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text (a file of API keys, one per line)") from None
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    keys = [line.strip() for line in text.splitlines() if line.strip()]
+    for number, key in enumerate(keys, 1):
+        if control_character(key) is not None:
+            raise ValueError(f"{path}: key {number} holds a control character, which no request header can carry")
+    if not keys:
+        raise ValueError(f"{path} holds no API key (it is empty or blank): with api_keys_file set the server "
+                         "only starts with at least one key, one per line; unset it to serve without keys")
+    return keys
+
+
 #: settings holding paths: in a config file, a relative one is relative to the file's folder
 _PATH_SETTINGS = ("api_keys_file", "cache_dir")
 
@@ -329,30 +429,32 @@ class Settings(BaseSettings):
     config: str | None = Field(default=None, description="YAML/JSON file with these settings")
     models: list[ModelSpec] = Field(default_factory=list, description="JSON list of model specs")
     host: str = Field(default="127.0.0.1", description="bind address of `python -m core serve`")
-    port: int = Field(default=8000, description="port of `python -m core serve`")
+    port: int = Field(default=8000, ge=1, le=65_535, description="port of `python -m core serve`")
     api_keys: list[str] = Field(default_factory=list, description="accepted API keys (JSON list); empty: no auth")
-    threads: int = Field(default_factory=lambda: len(os.sched_getaffinity(0)), gt=0, description="runtime threads")
+    threads: int = Field(default_factory=lambda: min(MAX_THREADS, len(os.sched_getaffinity(0))), gt=0,
+                         le=MAX_THREADS, description="runtime threads")
     tokenization_workers: int | None = Field(
-        default=None, gt=0,
+        default=None, gt=0, le=MAX_THREADS,
         description="threads that tokenize requests, per model (TEI's --tokenization-workers); default: half of "
         "`threads`, at least 1. Each takes every request queued while it was busy: on 2 cores one such thread "
         "measured 0.88x the CPU per embedding and 1.16x the throughput of two (docs/bench/history.md, the ninth pass)")
-    request_timeout_s: float = Field(default=60.0, gt=0, description="deadline of a request (504 after)")
+    request_timeout_s: float = Field(default=60.0, gt=0, le=DAY_S, allow_inf_nan=False,
+                                     description="deadline of a request (504 after)")
     tokenizer_parallelism: bool = Field(
         default=False, description="the tokenizers library's own threads inside one request's texts "
         "(TOKENIZERS_PARALLELISM): false tokenizes each request on one thread and requests in parallel (less CPU "
         "per text: no threads spinning between short batches); true also splits one large request's texts over "
         "the cores (lower latency for a single large request at low load)")
-    max_request_bytes: int = Field(default=8 * 1024 * 1024, gt=0, description="request body limit (413)")
-    max_header_bytes: int = Field(default=64 * 1024, gt=0, description="request line and headers together (431 "
+    max_request_bytes: int = Field(default=8 * 1024 * 1024, gt=0, le=GIB, description="request body limit (413)")
+    max_header_bytes: int = Field(default=64 * 1024, gt=0, le=16 * 1024 * 1024, description="request line and headers together (431 "
                                   "beyond), per request; enforced by every entry point: `python -m core serve`, "
                                   "`uvicorn core.dev:app`, SageMaker's `serve`")
     request_body_timeout_s: float = Field(
-        default=30.0, gt=0, description="time for a request's whole body to arrive (408 after); only then "
+        default=30.0, gt=0, le=DAY_S, allow_inf_nan=False, description="time for a request's whole body to arrive (408 after); only then "
         "does the request take an in-flight slot")
-    max_items_per_request: int = Field(default=2048, gt=0, description="inputs per request (413)")
-    max_chars_per_item: int = Field(default=100_000, gt=0, description="characters per text input (413)")
-    retry_after_s: int = Field(default=1, ge=0, description="Retry-After sent with 429")
+    max_items_per_request: int = Field(default=2048, gt=0, le=1_000_000, description="inputs per request (413)")
+    max_chars_per_item: int = Field(default=100_000, gt=0, le=GIB, description="characters per text input (413)")
+    retry_after_s: int = Field(default=1, ge=0, le=int(DAY_S), description="Retry-After sent with 429")
     log_level: str = Field(default="info", description="logging level: critical | error | warning | info | "
                            "debug | trace (warn, fatal as aliases)")
     api_keys_file: Path | None = Field(
@@ -361,10 +463,10 @@ class Settings(BaseSettings):
     metrics_public: bool = Field(default=False, description="serve /metrics without an API key (with API keys set)")
     docs_public: bool = Field(default=False, description="serve /docs, /redoc, /openapi.json and their assets "
                               "without an API key (with API keys set; /health and /ready always are)")
-    max_inflight_requests: int = Field(default=512, gt=0, description="requests in progress before 429")
-    max_tokens_per_request: int = Field(default=262_144, gt=0, description="tokens in one request (413)")
+    max_inflight_requests: int = Field(default=512, gt=0, le=1_000_000, description="requests in progress before 429")
+    max_tokens_per_request: int = Field(default=262_144, gt=0, le=1 << 30, description="tokens in one request (413)")
     max_response_bytes: int = Field(
-        default=32 * 1024 * 1024, gt=0, description="largest answer that grows with the tokens (a vector per "
+        default=32 * 1024 * 1024, gt=0, le=4 * GIB, description="largest answer that grows with the tokens (a vector per "
         "token: TEI /embed_all, multi-vector embeddings), counted from the request's tokens before any inference "
         "(413)")
     allow_degraded: bool = Field(
@@ -373,24 +475,28 @@ class Settings(BaseSettings):
         "(a server none of whose models loaded always fails)",
     )
     shutdown_grace_s: float = Field(
-        default=25.0, ge=0, description="on SIGTERM: time for in-flight work to finish (new work gets 503)"
+        default=25.0, ge=0, le=DAY_S, allow_inf_nan=False, description="on SIGTERM: time for in-flight work to finish (new work gets 503)"
     )
     frontends: int | Literal["auto"] = Field(
         default="auto", description="HTTP front-end processes of `python -m core serve` and SageMaker's `serve` "
         "(they share the port; docs/architecture.md#processes): a number ≥ 1, or auto: 1 on a CPU-only server "
         "(the models' own threads need the cores), with accelerators one per 2 cores their executors leave, at "
         "most 8, and at least 2 when a model's device is served by executors (several devices, or one cpu:N). "
-        "1: one process, as `uvicorn core.dev:app` always is")
+        f"1: one process, as `uvicorn core.dev:app` always is; at most {MAX_FRONTENDS}")
     # media input (image/audio embeddings; see core/media.py)
-    media_max_bytes: int = Field(default=10 * 1024 * 1024, gt=0, description="bytes per image/audio input")
-    media_max_pixels: int = Field(default=25_000_000, gt=0, description="pixels per image (width x height)")
-    media_max_audio_seconds: float = Field(default=300.0, gt=0, description="seconds per audio input")
+    media_max_bytes: int = Field(default=10 * 1024 * 1024, gt=0, le=GIB, description="bytes per image/audio input")
+    media_max_pixels: int = Field(default=25_000_000, gt=0, le=1_000_000_000,
+                                  description="pixels per image (width x height)")
+    media_max_audio_seconds: float = Field(default=300.0, gt=0, le=DAY_S, allow_inf_nan=False,
+                                           description="seconds per audio input")
     media_max_request_pixels: int = Field(
-        default=200_000_000, gt=0, description="pixels of all images of one request together (decoded one at a time)")
+        default=200_000_000, gt=0, le=10_000_000_000, description="pixels of all images of one request together (decoded one at a time)")
     media_max_request_audio_seconds: float = Field(
-        default=1200.0, gt=0, description="seconds of all audio inputs of one request together")
-    media_fetch_timeout_s: float = Field(default=10.0, gt=0, description="wall-clock limit of one URL fetch")
-    media_max_redirects: int = Field(default=3, ge=0, description="redirects followed (each one re-checked)")
+        default=1200.0, gt=0, le=DAY_S, allow_inf_nan=False,
+        description="seconds of all audio inputs of one request together")
+    media_fetch_timeout_s: float = Field(default=10.0, gt=0, le=DAY_S, allow_inf_nan=False,
+                                         description="wall-clock limit of one URL fetch")
+    media_max_redirects: int = Field(default=3, ge=0, le=20, description="redirects followed (each one re-checked)")
     media_allow_urls: bool = Field(default=True, description="fetch http(s) URLs; false: data: URIs only")
     cache_dir: Path = Field(
         default_factory=default_cache_dir,
@@ -412,7 +518,7 @@ class Settings(BaseSettings):
         "embedding_cache_bytes) | a redis:// or rediss:// URL (one cache shared by every replica; needs the "
         "[redis] extra). A hit reveals, by its speed, that the text was embedded before (docs/configuration.md)")
     embedding_cache_bytes: int = Field(
-        default=256 * 1024 * 1024, gt=0, description="embedding_cache: memory: bytes of vectors kept (least "
+        default=256 * 1024 * 1024, gt=0, le=1024 * GIB, description="embedding_cache: memory: bytes of vectors kept (least "
         "recently used first out)")
 
     # operations (docs/operations.md)
@@ -438,9 +544,12 @@ class Settings(BaseSettings):
             if not text.isdigit():
                 raise ValueError("expected a number of front-end processes (1, 2, ...) or auto")
             value = int(text)
-        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
-            raise ValueError("at least 1 front end (1: one process)")
+        if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= MAX_FRONTENDS:
+            raise ValueError(f"from 1 front end (1: one process) to {MAX_FRONTENDS}")
         return value
+
+    # (the first "after" validator, so it sees each value before another one strips or rewrites it)
+    _plain_strings = field_validator("*")(no_control_characters)
 
     @field_validator("log_level")
     @classmethod
@@ -493,8 +602,10 @@ class Settings(BaseSettings):
         value = value.strip().rstrip("/")
         if value and not value.startswith("/"):
             value = "/" + value
-        if any(c in value for c in "?#") or "//" in value:
-            raise ValueError(f"{value!r} is not a path prefix like /tessera")
+        segments = value.split("/")[1:]
+        if not all(_PREFIX_SEGMENT.fullmatch(part) and part.strip(".") for part in segments):
+            raise ValueError(f"{value!r} is not a path prefix like /tessera: segments of letters, digits and "
+                             "- _ . ~ (no empty, . or .. segment)")
         return value
 
     @field_validator("models", mode="before")
@@ -503,6 +614,13 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return json.loads(value) if value.strip() else []
         return value
+
+    @field_validator("api_keys_file")
+    @classmethod
+    def _keys_in_file(cls, path: Path | None) -> Path | None:
+        if path is not None:
+            read_api_keys_file(path)  # the start fails here, on every surface, not at the first request
+        return path
 
     @field_validator("api_keys")
     @classmethod
@@ -528,10 +646,15 @@ class Settings(BaseSettings):
         return self.tokenization_workers or max(1, self.threads // 2)
 
     def all_api_keys(self) -> list[str]:
-        """``api_keys`` plus the non-empty lines of ``api_keys_file`` (read once, at start-up)."""
+        """``api_keys`` plus the keys of ``api_keys_file`` (read when the settings are parsed, which refuses a
+        file that holds none, and again here, once, when the app is built). Raises ConfigError when the file
+        can no longer be read or holds no key by then: never an app without the keys it was given."""
         keys = list(self.api_keys)
         if self.api_keys_file is not None:
-            keys += [line.strip() for line in Path(self.api_keys_file).read_text().splitlines() if line.strip()]
+            try:
+                keys += read_api_keys_file(self.api_keys_file)
+            except ValueError as exc:
+                raise ConfigError([f"api_keys_file (env TESSERA_API_KEYS_FILE): {exc}"]) from None
         return keys
 
     def model_specs(self) -> list[ModelSpec]:
@@ -647,6 +770,12 @@ def _build(environ: Mapping[str, str], cls: type[S], overrides: dict[str, Any]) 
         _ENVIRON.reset(token)
 
 
+def config_error_line(exc: ConfigError) -> str:
+    """``exc`` as one line (``invalid configuration: PROBLEM; PROBLEM``), for a surface whose start-up failure
+    is a single line of its platform's log (an exception's message at a Lambda init or a Modal enter hook)."""
+    return "invalid configuration: " + "; ".join(exc.problems)
+
+
 def _suggestion(name: str, known: list[str]) -> str:
     close = difflib.get_close_matches(name, known, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -672,6 +801,8 @@ def _problem(cls: type[BaseSettings], error: dict) -> str:
             known = spec_keys() if len(loc) > 1 and loc[0] == "models" else list(cls.model_fields)
         return f"{where}: unknown option{_suggestion(str(loc[-1]), known)}"
     message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    if loc == ["api_keys_file"] and error.get("type") == "value_error":  # the message names the file
+        return f"{where}: {message}"
     return f"{where}: {message} (got {shown})"
 
 

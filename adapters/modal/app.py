@@ -237,6 +237,19 @@ def wait_ready(supervisor, url: str, timeout: float) -> None:
         time.sleep(0.05)
 
 
+def container_settings(environ):
+    """The settings a container serves with, parsed at a hook (the container's edge); settings that cannot be
+    used fail the start with ``StartupFailed`` whose message is the problems in one line (Modal shows an enter
+    hook's exception as the container's failure)."""
+    from core.config import config_error_line, settings_from_env
+    from core.errors import ConfigError, StartupFailed
+
+    try:
+        return settings_from_env(environ)
+    except ConfigError as exc:
+        raise StartupFailed(config_error_line(exc)) from None
+
+
 def fail_start(registry) -> None:
     """Modal has no health check to keep a broken container out of rotation: a model that failed to
     load fails the container's start (Modal reports the error and starts another), instead of a
@@ -270,10 +283,9 @@ class Tessera:
         touches CUDA: torch caches "no GPU" for the life of the process once asked."""
         from core.backends.catalog import backend_class
         from core.backends.registry import resolve_name
-        from core.config import settings_from_env
         from core.engine import Registry
 
-        settings = settings_from_env(os.environ)  # the snapshot phase's edge: once, here
+        settings = container_settings(os.environ)  # the snapshot phase's edge: once, here
         refuse_several_devices(settings.model_specs())
         self.staged: dict[str, object] = {}
         for spec in settings.model_specs():
@@ -295,7 +307,6 @@ class Tessera:
         new snapshot), move the staged models to their device and load the rest there: a model whose files
         on the Volume changed since the snapshot (``weights_identity``) is loaded again from them."""
         from core.backends.registry import resolve_name
-        from core.config import settings_from_env
         from core.engine import Registry
         from core.logs import configure_logging
 
@@ -304,7 +315,7 @@ class Tessera:
         from core.snapshot import reseed_random
 
         reseed_random()  # every container restored from one snapshot would otherwise share the generators' state
-        self.settings = settings_from_env(os.environ)  # the serving edge: once, here
+        self.settings = container_settings(os.environ)  # the serving edge: once, here
         configure_logging(self.settings.log_level)
         check_cuda_driver(self.settings.model_specs(), os.environ)  # GPU attached now: before any move
         kept, rest = {}, []

@@ -16,6 +16,19 @@ HF_HOME = f"{MODELS_DIR}/huggingface"  # the Hugging Face cache, on the Volume: 
 INPUTS_PER_FRONTEND = 64
 #: Modal's highest ``@modal.concurrent(max_inputs=...)``
 MODAL_MAX_INPUTS = 1000
+#: the range of each numeric setting (``modal_settings`` refuses a value outside it, naming the variable):
+#: Modal's own where it has one (``scaledown_window``: 2 to 3600 s), else far beyond any real deployment
+BOUNDS: dict[str, tuple[float, float]] = {
+    "volume_version": (1, 2),
+    "scaledown_s": (2, 3600),
+    "min_containers": (0, 1000),
+    "max_containers": (1, 1000),
+    "max_inputs": (1, MODAL_MAX_INPUTS),
+    "target_inputs": (1, MODAL_MAX_INPUTS),
+    "frontends": (1, 64),
+    "cpu": (0.125, 64),
+    "port": (1, 65_535),
+}
 
 
 @dataclass(frozen=True)
@@ -102,30 +115,45 @@ def public_endpoint_problem(settings: ModalSettings) -> str | None:
             "headers), or pass --allow-public to deploy it open on purpose")
 
 
+def _number(environ: Mapping[str, str], field: str, default: str | None, kind: type = int):
+    """The variable of ``field`` (``TESSERA_MODAL_<FIELD>``, ``TESSERA_MODAL_SCALEDOWN_S``), as ``kind``, inside
+    ``BOUNDS``; ``None`` when unset and ``default`` is None. ValueError naming the variable otherwise."""
+    name = "TESSERA_MODAL_" + {"volume_version": "VOLUME_VERSION"}.get(field, field.upper())
+    text = (environ.get(name) or default or "").strip()
+    if not text:
+        return None
+    low, high = BOUNDS[field]
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= high:  # (NaN too)
+        what = "a whole number" if kind is int else "a number"
+        raise ValueError(f"{name}={text!r}: expected {what} from {low:g} to {high:g}")
+    return value
+
+
 def modal_settings(environ: Mapping[str, str]) -> ModalSettings:
-    """The ``TESSERA_MODAL_*`` variables and ``TESSERA_MODELS`` of ``environ``, with their defaults."""
+    """The ``TESSERA_MODAL_*`` variables and ``TESSERA_MODELS`` of ``environ``, with their defaults; a value
+    out of its range (``BOUNDS``) is a ValueError naming its variable."""
     frontends = (environ.get("TESSERA_MODAL_FRONTENDS") or "auto").strip().lower()
-    if frontends != "auto" and not (frontends.isdigit() and int(frontends) >= 1):
-        raise ValueError(f"TESSERA_MODAL_FRONTENDS={frontends!r}: expected auto or a whole number of front ends >= 1")
-    cpu = environ.get("TESSERA_MODAL_CPU") or None
-    if cpu is not None and not float(cpu) > 0:
-        raise ValueError(f"TESSERA_MODAL_CPU={cpu!r}: expected the cores to reserve per container (> 0)")
+    if frontends != "auto":
+        frontends = _number({"TESSERA_MODAL_FRONTENDS": frontends}, "frontends", None)
     default_models = [{"path": f"{MODELS_DIR}/{DEFAULT_MODEL}", "name": DEFAULT_MODEL, "device": "cuda",
                        "dtype": "float16"}]
     return ModalSettings(
         app_name=environ.get("TESSERA_MODAL_APP", "tessera"),
         gpus=[g.strip() for g in environ.get("TESSERA_MODAL_GPU", "L4,A10G,T4").split(",") if g.strip()],
         volume_name=environ.get("TESSERA_MODAL_VOLUME", "tessera-models"),
-        volume_version=int(environ.get("TESSERA_MODAL_VOLUME_VERSION", "2")),
-        scaledown_s=int(environ.get("TESSERA_MODAL_SCALEDOWN_S", "300")),
-        min_containers=int(environ.get("TESSERA_MODAL_MIN_CONTAINERS", "0")),
-        max_containers=int(environ.get("TESSERA_MODAL_MAX_CONTAINERS", "4")),
-        max_inputs=int(environ["TESSERA_MODAL_MAX_INPUTS"]) if environ.get("TESSERA_MODAL_MAX_INPUTS") else None,
-        target_inputs=(int(environ["TESSERA_MODAL_TARGET_INPUTS"]) if environ.get("TESSERA_MODAL_TARGET_INPUTS")
-                       else None),
-        frontends=frontends if frontends == "auto" else int(frontends),
-        cpu=None if cpu is None else float(cpu),
-        port=int(environ.get("TESSERA_MODAL_PORT", "8000")),
+        volume_version=_number(environ, "volume_version", "2"),
+        scaledown_s=_number(environ, "scaledown_s", "300"),
+        min_containers=_number(environ, "min_containers", "0"),
+        max_containers=_number(environ, "max_containers", "4"),
+        max_inputs=_number(environ, "max_inputs", None),
+        target_inputs=_number(environ, "target_inputs", None),
+        frontends=frontends,
+        cpu=_number(environ, "cpu", None, float),
+        port=_number(environ, "port", "8000"),
         snapshot=environ.get("TESSERA_MODAL_SNAPSHOT", "1") == "1",
         secret_name=environ.get("TESSERA_MODAL_SECRET", ""),
         proxy_auth=environ.get("TESSERA_MODAL_PROXY_AUTH", "0") == "1",

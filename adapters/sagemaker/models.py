@@ -20,12 +20,13 @@ inside the job's default 600 s invocation timeout, unless set).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Mapping
 
 from pydantic import Field
 
-from core.config import ModelSpec, Settings, settings_from_env
+from core.config import GIB, ModelSpec, Settings, settings_from_env
 from core.errors import ConfigError
 
 DEFAULT_MODEL_DIR = "/opt/ml/model"
@@ -40,6 +41,10 @@ REQUEST_TIMEOUT_S = SAGEMAKER_INVOCATION_TIMEOUT_S - 5
 BATCH_INVOCATION_TIMEOUT_S = 600.0
 #: set by Batch Transform: the largest payload it sends to the container over HTTP, in MB
 MAX_PAYLOAD_VARIABLE = "SAGEMAKER_MAX_PAYLOAD_IN_MB"
+#: the most of it taken as the request-body limit: ``max_request_bytes``' own bound (Batch Transform's is 100)
+MAX_PAYLOAD_MB = GIB // (1024 * 1024)
+#: set by multi-container endpoints: the port to listen on
+PORT_VARIABLE = "SAGEMAKER_BIND_TO_PORT"
 
 
 class SageMakerSettings(Settings):
@@ -50,11 +55,11 @@ class SageMakerSettings(Settings):
     sagemaker_route: str | None = Field(
         default=None, description="/invocations route when a request names none (default: the one served capability)")
     sagemaker_max_response_bytes: int = Field(
-        default=SAGEMAKER_MAX_RESPONSE_BYTES, ge=0,
+        default=SAGEMAKER_MAX_RESPONSE_BYTES, ge=0, le=4 * GIB,
         description="answer 413 instead of a response over this size (SageMaker refuses > 6 MB); 0: no guard")
-    port: int = Field(default=8080, description="port (SageMaker's SAGEMAKER_BIND_TO_PORT wins)")
+    port: int = Field(default=8080, ge=1, le=65_535, description="port (SageMaker's SAGEMAKER_BIND_TO_PORT wins)")
     request_timeout_s: float = Field(
-        default=REQUEST_TIMEOUT_S, gt=0,
+        default=REQUEST_TIMEOUT_S, gt=0, le=86_400, allow_inf_nan=False,
         description="deadline of a request (504 after); below InvokeEndpoint's 60 s, so the container answers first")
 
 
@@ -87,12 +92,23 @@ def _batch_payload(settings: SageMakerSettings, environ: Mapping[str, str]) -> S
     if not given:
         return settings
     try:
-        payload = int(float(given) * 1024 * 1024)
+        megabytes = float(given)
     except ValueError:
-        raise ConfigError([f"{MAX_PAYLOAD_VARIABLE}={given!r}: expected a number of MB"]) from None
+        megabytes = math.nan
+    if not 0 <= megabytes <= MAX_PAYLOAD_MB:  # (NaN and infinities too)
+        raise ConfigError([f"{MAX_PAYLOAD_VARIABLE}={given!r}: expected a number of MB, 0 to {MAX_PAYLOAD_MB}"])
+    payload = int(megabytes * 1024 * 1024)
     if payload <= settings.max_request_bytes:
         return settings
     return settings.model_copy(update={"max_request_bytes": payload})
+
+
+def _bound_port(text: str) -> int:
+    """``SAGEMAKER_BIND_TO_PORT``'s port; ConfigError naming the variable when it is none."""
+    port = text.strip()
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65_535):
+        raise ConfigError([f"{PORT_VARIABLE}={text!r}: expected a port, 1 to 65535"])
+    return int(port)
 
 
 def sagemaker_settings(environ: Mapping[str, str]) -> SageMakerSettings:
@@ -103,8 +119,8 @@ def sagemaker_settings(environ: Mapping[str, str]) -> SageMakerSettings:
 def _settings(environ: Mapping[str, str]) -> SageMakerSettings:
     model_dir = Path(environ.get("SM_MODEL_DIR", DEFAULT_MODEL_DIR))
     overrides = {}
-    if environ.get("SAGEMAKER_BIND_TO_PORT"):  # multi-container endpoints choose the port
-        overrides["port"] = int(environ["SAGEMAKER_BIND_TO_PORT"])
+    if environ.get(PORT_VARIABLE):  # multi-container endpoints choose the port
+        overrides["port"] = _bound_port(environ[PORT_VARIABLE])
     if not environ.get("TESSERA_CONFIG"):
         for candidate in CONFIG_NAMES:
             if (model_dir / candidate).exists():

@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import logging
 import signal
+import sys
 import threading
 import time
 from contextlib import asynccontextmanager
@@ -16,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Scope
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from core.api.admission import BodyReader, InProgress, JsonShape
 from core.api.cors import Cors
@@ -32,6 +33,7 @@ from core.collector import tune_for_serving
 from core.config import Settings
 from core.engine import Registry
 from core.errors import (
+    ConfigError,
     HttpStatus,
     InvalidInput,
     MethodNotAllowed,
@@ -83,6 +85,64 @@ def body_parse_error(cause: BaseException) -> InvalidInput:
     else:
         reason = str(cause)[:200]
     return InvalidInput(f"request body is not valid JSON: {reason}", code="invalid_json")
+
+
+def startup_failure_line(exc: BaseException) -> str:
+    """Why the start failed, in one line (the server logs it, and an entry point prints it last before it exits):
+    a Tessera error's own message, anything else as ``Type: message`` (its traceback is logged before it)."""
+    if isinstance(exc, ConfigError):
+        from core.config import config_error_line
+
+        return f"start-up failed: {config_error_line(exc)}"
+    if isinstance(exc, TesseraError):
+        return f"start-up failed: {exc.message}"
+    if not isinstance(exc, OSError):  # a bug, not a condition of the machine: where it happened matters
+        log.error("start-up failed", exc_info=exc)
+    return f"start-up failed: {type(exc).__name__}: {exc}"
+
+
+class _FailedStart:
+    """The ASGI app in place of a middleware stack that could not be built: the lifespan's start-up fails
+    with the reason in one line (the server exits), and a request (a server that runs no lifespan) raises it."""
+
+    def __init__(self, app: FastAPI, exc: Exception):
+        self.app, self.exc = app, exc
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await receive()
+            self.app.state.startup_failure = startup_failure_line(self.exc)
+            await send({"type": "lifespan.startup.failed", "message": self.app.state.startup_failure})
+        raise self.exc
+
+
+class _Tessera(FastAPI):
+    """FastAPI whose start-up failure reaches the server as one line, wherever it happens: while the lifespan
+    runs (Starlette would send the whole traceback as the message) or while the middleware stack is built
+    ahead of it (which uvicorn's ``lifespan="auto"`` would take for an app without a lifespan, and serve 500s).
+    The line is kept as ``state.startup_failure`` for the entry point to print last."""
+
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
+        self.router.lifespan = self._one_line_failure(self.router.lifespan)
+
+    def build_middleware_stack(self) -> ASGIApp:
+        try:
+            return super().build_middleware_stack()
+        except Exception as exc:  # noqa: BLE001 - any failure here is the start's: reported, then raised
+            return _FailedStart(self, exc)
+
+    def _one_line_failure(self, lifespan):
+        async def run(scope: Scope, receive: Receive, send: Send) -> None:
+            async def reporting(message) -> None:
+                if message["type"] == "lifespan.startup.failed":  # sent from Starlette's except block
+                    self.state.startup_failure = startup_failure_line(sys.exc_info()[1])
+                    message = {**message, "message": self.state.startup_failure}
+                await send(message)
+
+            await lifespan(scope, receive, reporting)
+
+        return run
 
 
 def drain_on_sigterm(state, on_term: Callable[[], None] | None = None) -> Callable[[], None]:
@@ -165,7 +225,7 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
             await app.state.serving.close()
             tracer.shutdown()
 
-    app = FastAPI(
+    app = _Tessera(
         title="Tessera",
         version="0.1.0",
         summary="OpenAI-compatible embeddings, reranking and classification",
@@ -177,6 +237,7 @@ def create_app(settings: Settings, registry: Registry | None = None, *, metrics:
     )
     add_offline_docs(app, app.title)
     app.state.settings = settings
+    app.state.startup_failure = None  # why the lifespan's start-up failed, in one line (_Tessera)
     app.state.registry = registry
     app.state.metrics = metrics
     app.state.draining = False

@@ -49,7 +49,7 @@ class OnnxOptions(BackendOptions):
         default=None, description="ONNX graph to run, relative to the model folder unless absolute; default: the "
         "folder's graph for the dtype (onnx/model.onnx, model.onnx; int8: onnx/model_int8.onnx)")
     workers: int | None = Field(
-        default=None, gt=0,
+        default=None, gt=0, le=64,
         description="batches run at once; default: 2 on CPU with 2+ threads, else 1. With 2, a batch that starts "
         "while another runs, or with a full batch queued behind it (or any work behind a batch of a size known to be "
         "cheap), gets threads/2 threads of its own (a second session: one more copy of the weights in memory); "
