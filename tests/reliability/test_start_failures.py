@@ -156,3 +156,31 @@ def test_a_middleware_that_cannot_be_built_fails_the_lifespan(lifespan, minilm_o
     started, health = _serve_briefly(app, lifespan)
     assert not started and health is None, (started, health)
     assert "api_keys_file" in app.state.startup_failure and "holds no API key" in app.state.startup_failure
+
+
+RUN_UVICORN = r"""
+import json, sys
+from pathlib import Path
+from core.api.app import create_app
+from core.cli import run_uvicorn
+from core.config import Settings
+
+keys = Path(sys.argv[1])
+keys.write_text("sk-one\n")
+settings = Settings(models=json.loads(sys.argv[2]), api_keys_file=keys)
+keys.write_text("\n")  # emptied after the settings were read: the app cannot be built with its keys
+sys.exit(run_uvicorn(create_app(settings), host="127.0.0.1", port=int(sys.argv[3]), log_level="info"))
+"""
+
+
+def test_core_serve_prints_a_failed_start_up_last_and_exits_1(minilm_onnx_dir, tmp_path):
+    """``python -m core serve``'s and SageMaker's ``serve``'s uvicorn (core.cli.run_uvicorn): the lifespan is
+    required, and the reason of a failed start-up is the last line, after uvicorn's own."""
+    models = json.dumps([{"path": str(minilm_onnx_dir), "name": "m", "backend": "onnx"}])
+    env = {**environ_without_settings(), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", RUN_UVICORN, str(tmp_path / "keys"), models, str(free_port())],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=REFUSED_WITHIN_S)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1, lines[-5:]
+    assert lines[-1].startswith("tessera: start-up failed: invalid configuration: api_keys_file"), lines[-5:]
+    assert "holds no API key" in lines[-1] and not any("Traceback" in line for line in lines), lines
