@@ -163,6 +163,42 @@ def _check_column_lengths(batch, text_column: str, id_column: str | None, first:
     raise limit.refuse(first + i, row_id, lengths[i].as_py())
 
 
+#: a bound on what a text column chunk holds per row beside the text's bytes (its length prefix, a dictionary
+#: index, levels, its share of page headers), and per chunk (the dictionary page's header...): generous
+_CHUNK_ROW_OVERHEAD, _CHUNK_OVERHEAD = 128, 1 << 20
+
+
+def _check_row_group_sizes(source, groups: list[int], first_row: int, text_column: str, id_column: str | None,
+                           limit: TextLimit | None) -> None:
+    """Refuse, from the footer alone, a row group whose text column is too big to hold only texts within
+    ``limit``: when its uncompressed bytes exceed what its rows can take at 4 bytes a character, one of its
+    texts is over the limit. Decoding such a cell costs pyarrow several times its size (4.2 GB for a 1 GB cell
+    in a 34 KB zstd file), so it is refused before any page is read; the error names the group's rows (the
+    cell itself cannot be found without decoding it)."""
+    if limit is None:
+        return
+    meta = source.metadata
+    column = next((j for j in range(meta.num_columns) if meta.row_group(0).column(j).path_in_schema == text_column),
+                  None) if meta.num_row_groups else None
+    if column is None:
+        return
+    at = first_row
+    for group in groups:
+        info = meta.row_group(group)
+        size = info.column(column).total_uncompressed_size
+        if size > info.num_rows * (4 * limit.chars + _CHUNK_ROW_OVERHEAD) + _CHUNK_OVERHEAD:
+            last = at + info.num_rows - 1
+            if id_column:
+                ids = source.read_row_group(group, columns=[id_column]).column(0)
+                first_id, last_id = ids[0].as_py(), ids[len(ids) - 1].as_py()
+            else:
+                first_id, last_id = at, last
+            raise TooLarge(f"rows {at} to {last} (ids {first_id!r} to {last_id!r}): a text over the limit; the "
+                           f"{text_column!r} column of these {info.num_rows} rows holds {size} bytes, more than "
+                           f"{info.num_rows} texts within it take; {limit.reason}", param="input")
+        at += info.num_rows
+
+
 def _batches(path: str, fmt: str, text_column: str, id_column: str | None, rows: int, skip: int = 0,
              limit: TextLimit | None = None):
     """(first row number, ids, texts) per batch, in input order; rows before ``skip`` may be left out (counted,
@@ -187,6 +223,7 @@ def _batches(path: str, fmt: str, text_column: str, id_column: str | None, rows:
                 first_row += size
                 continue
             groups.append(group)
+        _check_row_group_sizes(source, groups, first_row, text_column, id_column, limit)
         batches = source.iter_batches(batch_size=rows, columns=columns, row_groups=groups)
     else:
         batches = _csv_batches(path, columns, text_column, limit)

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import tracemalloc
 from pathlib import Path
@@ -293,13 +294,13 @@ def test_a_text_over_the_models_length_names_its_row_not_its_place_in_a_request(
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv", "text", "jsonl"])
 def test_a_giant_cell_is_measured_before_it_becomes_a_python_string(tmp_path, fmt):
-    """20 MB in one cell (1 MB in CSV, within a record block) against a limit of 100,000 characters: refused
-    with the row and id; Parquet, CSV (measured in Arrow) and text lines (read in bounded pieces) allocate no
-    Python string of its size."""
+    """20 MB in one cell (1 MB in CSV, within a record block) against a limit of 100,000 characters, among
+    rows whose row group could hold it: refused with the row and id; Parquet, CSV (measured in Arrow) and text
+    lines (read in bounded pieces) allocate no Python string of its size."""
     from core.bulk.formats import TextLimit, read_chunks
 
     big = 1_000_000 if fmt == "csv" else 20_000_000
-    texts = [f"row {i}" for i in range(10)]
+    texts = [f"row {i}" for i in range(100)]
     texts[6] = "z" * big
     source = tmp_path / f"c.{ {'text': 'txt'}.get(fmt, fmt) }"
     if fmt == "parquet":
@@ -314,7 +315,7 @@ def test_a_giant_cell_is_measured_before_it_becomes_a_python_string(tmp_path, fm
     tracemalloc.start()
     try:
         with pytest.raises(TesseraError) as caught:
-            for _ in read_chunks(str(source), rows=4, limit=limit):
+            for _ in read_chunks(str(source), rows=16, limit=limit):
                 pass
         _, peak = tracemalloc.get_traced_memory()
     finally:
@@ -332,3 +333,32 @@ def test_a_csv_record_bigger_than_any_text_within_the_limit_is_a_clear_error(tmp
     pacsv.write_csv(pa.table({"text": ["fine", "z" * 20_000_000, "fine"]}), source)
     with pytest.raises(TesseraError, match=r"a CSV record holds more than \d+ bytes.*max_chars_per_item is 1000"):
         list(read_chunks(str(source), limit=TextLimit(1000, "max_chars_per_item is 1000")))
+
+
+FOOTER_CHECK = """
+import sys
+import pyarrow as pa
+from core.bulk.formats import TextLimit, read_chunks
+from core.errors import TooLarge
+
+try:
+    list(read_chunks(sys.argv[1], id_column="doc", limit=TextLimit(1000, "max_chars_per_item is 1000")))
+except TooLarge as exc:
+    print(exc.message)
+print(pa.default_memory_pool().max_memory())
+"""
+
+
+def test_a_row_group_too_big_for_its_rows_is_refused_from_the_footer_without_decoding_it(tmp_path):
+    """The 1 GB cell of a 34 KB file, scaled down: 3 MB in one of 100 rows against a limit of 1000 characters
+    is more than the group's 100 rows can hold within it, so it is refused before a page is decoded (pyarrow's
+    pool never holds the cell)."""
+    source = tmp_path / "c.parquet"
+    parquet_corpus(source, 100, big_row=70, big_chars=3_000_000)
+    done = subprocess.run([sys.executable, "-c", FOOTER_CHECK, str(source)], cwd=ROOT, env=job_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    message, peak = done.stdout.strip().splitlines()
+    assert message.startswith("rows 0 to 99 (ids 'd0' to 'd99'): a text over the limit"), message
+    assert message.endswith("max_chars_per_item is 1000"), message
+    assert int(peak) < 1_000_000, peak
