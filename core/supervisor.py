@@ -175,7 +175,8 @@ class Handoff:
     :func:`die_with_parent`), ``index`` its number, ``settings`` (``model_dump(mode="json")`` of the server's
     settings; secrets travel here, never in the environment or on the command line), ``plan`` (the
     ``core.frontends.FrontendPlan`` as a dict), ``executors`` (their ``address``: the run directory the
-    front end's models connect through), ``extra`` (the surface's own)."""
+    front end's models connect through), ``extra`` (the surface's own), ``restart`` (None at the server's start;
+    for a front end started again, why: ``front end 1 (pid N) exited with signal SIGKILL``)."""
 
     fd: int
     ready_fd: int
@@ -185,6 +186,7 @@ class Handoff:
     plan: dict
     executors: str
     extra: dict = field(default_factory=dict)
+    restart: str | None = None
 
     def dumps(self) -> bytes:
         return json.dumps(self.__dict__).encode()
@@ -211,6 +213,8 @@ class _Frontend:
     started: float
     ready_at: float | None = None
     failed_starts: int = 0
+    #: a front end started again: why (the one before it exited so), logged with the time it took once it serves
+    restart: str | None = None
 
 
 class Supervisor:
@@ -243,13 +247,13 @@ class Supervisor:
 
     # ---- start ----------------------------------------------------------------------------------------
 
-    def _spawn(self, index: int, failed_starts: int = 0) -> _Frontend:
+    def _spawn(self, index: int, failed_starts: int = 0, restart: str | None = None) -> _Frontend:
         assert self.listeners is not None
         listener = self.listeners.socket_for(index)
         ready_r, ready_w = os.pipe()
         handoff = Handoff(fd=listener.fileno(), ready_fd=ready_w, parent=os.getpid(), index=index,
                           settings=self.settings.model_dump(mode="json"), plan=self.plan.as_dict(),
-                          executors=self.executors.address, extra=self.extra)
+                          executors=self.executors.address, extra=self.extra, restart=restart)
         try:
             # spawned from the main thread: PR_SET_PDEATHSIG fires when the thread that forked the child exits
             proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, pass_fds=(listener.fileno(), ready_w),
@@ -264,7 +268,7 @@ class Supervisor:
         except BrokenPipeError:  # it died at once; the watch loop sees it
             pass
         log.info("front end %d started (pid %d)", index, proc.pid)
-        return _Frontend(index, proc, ready_r, time.monotonic(), failed_starts=failed_starts)
+        return _Frontend(index, proc, ready_r, time.monotonic(), failed_starts=failed_starts, restart=restart)
 
     def _install_signals(self) -> Callable[[], None]:
         previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -391,7 +395,9 @@ class Supervisor:
             f.ready_r = -1
             if said:
                 f.ready_at = time.monotonic()
-                log.info("front end %d (pid %d) serving", f.index, f.proc.pid)
+                log.info("front end %d (pid %d) serving%s", f.index, f.proc.pid,
+                         f", {f.ready_at - f.started:.1f} s after it was started again ({f.restart})"
+                         if f.restart else "")
 
     # ---- watch ----------------------------------------------------------------------------------------
 
@@ -407,12 +413,12 @@ class Supervisor:
                 if failures >= MAX_FAILED_STARTS:
                     return self._give_up(f"front end {f.index} exited {failures} times in a row soon after "
                                          f"starting (last: {_exit_text(code)})")
-                log.warning("front end %d (pid %d) exited with %s; starting it again (the others keep serving)",
-                            f.index, f.proc.pid, _exit_text(code))
+                why = f"front end {f.index} (pid {f.proc.pid}) exited with {_exit_text(code)}"
+                log.warning("%s; starting it again (the others keep serving)", why)
                 if f.ready_r >= 0:
                     os.close(f.ready_r)
                 try:
-                    self.frontends[f.index] = self._spawn(f.index, failures)
+                    self.frontends[f.index] = self._spawn(f.index, failures, restart=why)
                 except StartupFailed as exc:  # a socket of its own could not be bound again
                     return self._give_up(f"front end {f.index} could not be started again: {exc.message}")
             if self.executors is not None and not self._stop.is_set():

@@ -6,17 +6,31 @@ supervisor, builds the app with the surface's factory (``extra["app"]``, ``modul
 ``X-Tessera-Frontend: <index>``, so a client (and the tests) can tell the front ends apart. It exits 0 after a
 drain (SIGTERM: stop accepting, finish what is in flight within ``shutdown_grace_s``), 3 when the app could not
 start (as ``uvicorn`` does).
+
+A front end started again (``handoff.restart``: the one before it died) sends its warm pass
+(``core.api.warm_pass``) with a short deadline (:data:`RESTART_WARM_WAIT_S` per request): the executors are
+warm and busy with the other front ends' traffic, and a warm request queued behind it (one model's queue is
+shared by every front end) held the restarted front end back from serving for as long as the queue took to
+drain (14 s of a 21 s restart, measured under load). Past its deadline a warm request is answered 504 and the
+start goes on; the code paths up to the queue are warm by then.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import logging
 import math
 import os
 import signal
 import socket
 import sys
 from pathlib import Path
+
+log = logging.getLogger("tessera.frontend")
+
+#: how long each warm request of a front end started again may wait on the executors (``X-Request-Timeout``)
+RESTART_WARM_WAIT_S = 0.5
 
 
 class FrontendHeader:
@@ -54,7 +68,25 @@ def tessera_app(settings, handoff):
     from core.executor import remote_registry
 
     registry = remote_registry(settings, handoff.executors, metrics=metrics, tracer=tracer)
-    return create_app(settings, registry, metrics=metrics, tracer=tracer)
+    return create_app(settings, registry, metrics=metrics, tracer=tracer, warm_requests=warm_requests_for(handoff))
+
+
+def warm_requests_for(handoff, requests=None):
+    """The warm pass of this front end (``requests``: the app's, by default ``registry_requests``): as it is at
+    the server's start, each request with a deadline of :data:`RESTART_WARM_WAIT_S` in a front end started again
+    (the module's docstring says why)."""
+    from core.api.http import TIMEOUT_HEADER
+    from core.api.warm_pass import registry_requests
+
+    requests = requests or registry_requests
+    if not handoff.restart:
+        return requests
+    deadline = (TIMEOUT_HEADER.encode(), str(RESTART_WARM_WAIT_S).encode())
+
+    def bounded(registry):
+        return [dataclasses.replace(r, headers=(*r.headers, deadline)) for r in requests(registry)]
+
+    return bounded
 
 
 def metrics_peers(app, handoff):
@@ -111,6 +143,9 @@ def main() -> int:
     settings_class = _resolve(handoff.extra.get("settings", "core.config:Settings"))
     settings = settings_class.model_validate(handoff.settings)
     configure_logging(settings.log_level, fmt=settings.log_format)
+    if handoff.restart:
+        log.info("front end %d started again (%s): its warm pass waits at most %.1f s a request on the executors",
+                 handoff.index, handoff.restart, RESTART_WARM_WAIT_S)
     app = _resolve(handoff.extra.get("app", "core.api.frontend:tessera_app"))(settings, handoff)
     app.state.frontends = FrontendPlan(**handoff.plan)
     peers = metrics_peers(app, handoff)

@@ -389,9 +389,10 @@ load_by_path("tessera_lambda_handler", __import__("pathlib").Path(sys.argv[1]))
 
 @pytest.mark.parametrize("setting, value, named", [
     ("TESSERA_API_KEYS_FILE", "/nonexistent/keys", "/nonexistent/keys"),
+    ("TESSERA_API_KEYS_FILE", "/dev/null", "no API key"),
     ("TESSERA_PORT", "not-a-port", "TESSERA_PORT"),
     ("TESSERA_MODELS", '[{"path": "/nonexistent/model", "backend": "onnx"}]', "/nonexistent/model"),
-], ids=["missing-key-file", "bad-setting", "missing-model"])
+], ids=["missing-key-file", "empty-key-file", "bad-setting", "missing-model"])
 def test_init_fails_with_one_line_naming_the_reason(tmp_path, setting, value, named):
     """Init on a setting it cannot serve with: one log line saying why, the error Lambda reports on one line, no
     frame of the code under the handler; not a traceback from inside the app (a key file read by the first

@@ -314,8 +314,13 @@ def test_a_model_that_cannot_load_stops_the_server_before_any_frontend(tmp_path)
 
 
 def test_a_frontend_that_cannot_start_stops_the_server(one_model, tmp_path):
-    env = {"TESSERA_API_KEYS_FILE": str(tmp_path / "no-such-keys")}  # read by each front end as it builds its app
+    keys = tmp_path / "keys"
+    keys.write_text("a-key\n")
+    env = {"TESSERA_API_KEYS_FILE": str(keys)}  # read as the settings are parsed: by the server, then by each front end
     with supervised_server(one_model, 2, env, name="bad-start", wait=False) as server:
+        # gone once the server has started (its executor loads the model, before any front end): the front ends fail
+        wait_for(lambda: "model nf: backend" in server.log(), "the executor loading the model", 300)
+        keys.unlink()
         assert server.proc.wait(300) == 1
         log = server.log()
         assert "before it served" in log and "stopping the server: a front end failed to start" in log, log
