@@ -27,8 +27,10 @@ def add_embed_parser(sub) -> None:
                     "--on modal, volume://NAME/PATH)")
     _add_columns(io)
     io.add_argument("--work-dir", default=None, help="where parts are kept until the output is whole "
-                    "(default OUTPUT.parts; for an s3:// output, under cache_dir)")
-    io.add_argument("--overwrite", action="store_true", help="redo the job even when --output is complete")
+                    "(default OUTPUT.parts; for an s3:// output, under cache_dir): a new or empty folder, or this "
+                    "job's; the job deletes only its own files there, and one job runs in it at a time")
+    io.add_argument("--overwrite", action="store_true", help="redo the job even when --output is complete (an "
+                    "--output naming the input is refused all the same)")
     _add_vector_options(embed)
     run = embed.add_argument_group("how it runs")
     run.add_argument("--on", default="local", choices=RUNNERS,
