@@ -169,13 +169,14 @@ class ChunkEmbedder:
         self.serving = None
         self._template = None
         self._prefix = b""
+        self._expected = None
 
     async def start(self) -> "ChunkEmbedder":
         from core.capabilities import Capability
         from core.serving import ServingContext
         from core.serving.embeddings import embed_request
         from core.serving.inputs import truncation_direction
-        from core.cache import EmbeddingCache
+        from core.cache import EmbeddingCache, expected_value
         from core.cache.stores import MemoryStore
         from core.engine import Registry
 
@@ -196,6 +197,7 @@ class ChunkEmbedder:
                            "python -m core embed serves dense embedding models")
         self.identity = await self.cache.identity(self.engine)
         self._prefix = self.cache.prefix(self.identity, self._template)
+        self._expected = expected_value(self.engine, self._template)  # what a stored value must hold to be used
         return self
 
     def model_metadata(self) -> dict:
@@ -220,7 +222,7 @@ class ChunkEmbedder:
         keys = [cache.key(self._prefix, t) for t in texts]
         distinct = list(dict.fromkeys(keys))
         first_at = {k: i for i, k in reversed(list(enumerate(keys)))}
-        found = dict(zip(distinct, await cache.lookup(distinct)))
+        found = dict(zip(distinct, await cache.lookup(distinct, self.engine.name, self._expected)))
         first_text = dict(zip(reversed(keys), reversed(texts)))
         missing = [k for k in distinct if found[k] is None]
         vectors: dict[bytes, np.ndarray] = {k: decode_value(v)[0] for k, v in found.items() if v is not None}

@@ -144,3 +144,33 @@ def test_a_value_of_another_dimension_is_a_miss_for_a_request_with_dimensions(ap
     answer = cached.post("/v1/embeddings", json=body)
     assert vectors_of(answer).shape == (1, 64)
     assert vectors_of(answer).tobytes() == vectors_of(uncached.post("/v1/embeddings", json=body)).tobytes()
+
+
+@pytest.mark.parametrize("name", ["10 floats", "384 NaN", "token count 2^32-1", "5 bytes"])
+def test_a_bulk_job_on_a_shared_redis_recomputes_planted_values(tmp_path, minilm_onnx_dir, redis, client, name):
+    """``python -m core embed`` with ``embedding_cache`` a Redis URL reads the shared entries through the same
+    checks: a planted value is computed again, and the job writes the vectors a clean run writes."""
+    import asyncio
+
+    import pyarrow.parquet as pq
+
+    from core.bulk.job import JobOptions, run_local
+    from tests.bulk.conftest import corpus, write_jsonl
+
+    texts = [f"{t} ({name})" for t in corpus(40, seed=7)]
+    source = write_jsonl(tmp_path / "c.jsonl", texts)
+    settings = Settings(models=[{"path": str(minilm_onnx_dir), "name": "minilm", "backend": "onnx"}], threads=1,
+                        embedding_cache=redis.url)
+    before = set(client.keys(b"tessera:emb:*"))
+    clean = asyncio.run(run_local(settings, JobOptions(input=str(source), output=str(tmp_path / "a.parquet"))))
+    planted = set(client.keys(b"tessera:emb:*")) - before
+    assert clean.computed == len(texts) == len(planted)
+    for key in planted:
+        client.set(key, PLANTED[name])
+    again = asyncio.run(run_local(settings, JobOptions(input=str(source), output=str(tmp_path / "b.parquet"))))
+    assert again.computed == len(texts)
+
+    def vectors(path):
+        return pq.read_table(path).column("embedding").combine_chunks().flatten().to_numpy()
+
+    assert vectors(tmp_path / "b.parquet").tobytes() == vectors(tmp_path / "a.parquet").tobytes()
