@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import io
 import os
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import orjson
@@ -364,14 +364,16 @@ def warm_requests(registry: Registry) -> list[WarmRequest]:
 def create_sagemaker_app(settings: Settings, registry: Registry | None = None, *, default_route: str | None = None,
                          max_response_bytes: int = SAGEMAKER_MAX_RESPONSE_BYTES,
                          record_concurrency: int = DEFAULT_CONCURRENCY,
-                         tracer: NoTracer | OtelTracer = NO_TRACER, metrics: Metrics | None = None) -> FastAPI:
+                         tracer: NoTracer | OtelTracer = NO_TRACER, metrics: Metrics | None = None,
+                         warm: Callable[[Registry], list[WarmRequest]] = warm_requests) -> FastAPI:
     """The one app (``core.api.app.create_app``) plus ``/ping`` (SageMaker's health check: no API key,
     answered while draining), ``/invocations`` and ``/execution-parameters``.
-    ``max_response_bytes``: 0 = no response-size guard."""
+    ``max_response_bytes``: 0 = no response-size guard. ``warm``: the warm pass (:func:`warm_requests`; a front
+    end started again bounds each request's deadline, ``core.api.frontend.warm_requests_for``)."""
     # a model that fails to load keeps /ping at 503 (naming it): SageMaker's health check holds the
     # endpoint back and the reason is in the logs, rather than a container that exits and restarts
     app = create_app(settings, registry, health_paths={"/ping"}, fail_unusable=False,
-                     tracer=tracer, warm_requests=warm_requests, metrics=metrics,
+                     tracer=tracer, warm_requests=warm, metrics=metrics,
                      response_limit=ResponseLimit(max_response_bytes, too_large) if max_response_bytes else None)
     app.include_router(build_router(default_route, record_concurrency=record_concurrency))
     return app
@@ -380,6 +382,7 @@ def create_sagemaker_app(settings: Settings, registry: Registry | None = None, *
 def frontend_app(settings, handoff) -> FastAPI:
     """One front end of ``serve`` with several (``core.api.frontend``): the same app, its models in the
     executors (``handoff.executors``), so ``/ping`` answers 200 only while every executor serves."""
+    from core.api.frontend import warm_requests_for
     from core.executor import remote_registry
     from core.tracing import tracer_from_env
 
@@ -388,5 +391,5 @@ def frontend_app(settings, handoff) -> FastAPI:
     registry = remote_registry(settings, handoff.executors, metrics=metrics, tracer=tracer)
     app = create_sagemaker_app(settings, registry, default_route=settings.sagemaker_route,
                                max_response_bytes=settings.sagemaker_max_response_bytes, tracer=tracer,
-                               metrics=metrics)
+                               metrics=metrics, warm=warm_requests_for(handoff, warm_requests))
     return app
