@@ -68,6 +68,7 @@ Importing this module needs neither Modal credentials nor a GPU: Modal objects a
 from __future__ import annotations
 
 import os
+import sys
 
 import modal
 
@@ -462,14 +463,24 @@ def bulk(input: str, output: str = "embeddings.parquet", text_column: str = "tex
     from core.bulk.job import JobOptions
     from core.bulk.modal_runner import run_modal_job
     from core.config import settings_from_env
+    from core.errors import TesseraError
 
-    options = JobOptions(input=input, output=output, text_column=text_column, id_column=id_column or None,
-                         model=model or None, dimensions=dimensions or None, prompt_name=prompt_name or None,
-                         embedding_type=embedding_type, rows_per_part=rows_per_part)
+    try:
+        summary = _bulk(settings_from_env(os.environ), JobOptions(
+            input=input, output=output, text_column=text_column, id_column=id_column or None, model=model or None,
+            dimensions=dimensions or None, prompt_name=prompt_name or None, embedding_type=embedding_type,
+            rows_per_part=rows_per_part), shard_size, run_modal_job)
+    except TesseraError as exc:  # a refused setting, path or row: one line, as ``python -m core embed`` says it
+        print(f"error: {' '.join(exc.message.split())}", file=sys.stderr)
+        raise SystemExit(1) from None
+    print("\n".join(summary.lines()))
+
+
+def _bulk(settings, options, shard_size: int, run_modal_job):
+    """The job of :func:`bulk`, its shards embedded by the GPU class; its summary."""
     tessera = Tessera()
-    summary = run_modal_job(
-        settings_from_env(os.environ), options, shard_size=shard_size,
+    return run_modal_job(
+        settings, options, shard_size=shard_size,
         embed_map=lambda shards, kwargs: tessera.embed_shard.map(
             shards, kwargs={"model": options.model, "options": kwargs}, order_outputs=True),
         describe=lambda: tessera.describe_model.remote(options.model))
-    print("\n".join(summary.lines()))

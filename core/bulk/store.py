@@ -44,7 +44,9 @@ class SqliteStore:
     async def set_many(self, items: dict[bytes, bytes]) -> None:
         with self._lock:
             self._db.execute("BEGIN")
-            self._db.executemany("INSERT OR IGNORE INTO vectors VALUES (?, ?)", items.items())
+            # a value written again replaces the stored one: a bad value copied in from the shared store, which the
+            # cache's checks refused and had computed again, is not read (and computed) a second time
+            self._db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)", items.items())
             self._db.execute("COMMIT")
 
     async def close(self) -> None:

@@ -521,12 +521,29 @@ def test_bulk_maps_with_ordered_outputs(modal_module):
     import ast
     import inspect
 
-    tree = ast.parse(inspect.getsource(modal_module.bulk.info.raw_f))
+    tree = ast.parse(inspect.getsource(modal_module._bulk))
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
              and isinstance(node.func, ast.Attribute) and node.func.attr == "map"]
     assert len(calls) == 1
     keywords = {k.arg: k.value for k in calls[0].keywords}
     assert isinstance(keywords["order_outputs"], ast.Constant) and keywords["order_outputs"].value is True
+
+
+def test_bulk_refuses_an_output_that_is_its_input_in_one_line(modal_module, tmp_path, capsys):
+    """``modal run app.py::bulk`` with the corpus as its own output: refused before anything runs, as
+    ``python -m core embed`` refuses it (one ``error:`` line, exit status 1, the corpus untouched)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    corpus = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"text": ["a", "b"]}), corpus)
+    before = corpus.read_bytes()
+    with pytest.raises(SystemExit) as stopped:
+        modal_module.bulk.info.raw_f(input=str(corpus), output=f"{tmp_path}/./../{tmp_path.name}/in.parquet")
+    assert stopped.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --output ") and "is the input file" in err[0], err
+    assert corpus.read_bytes() == before
 
 
 def test_a_model_that_cannot_load_fails_the_start(modal_module, tmp_path):
