@@ -178,8 +178,9 @@ class LambdaSettings(Settings):
         default=RESPONSE_LIMIT_BYTES, gt=0, le=RESPONSE_LIMIT_BYTES,
         description="answer 413 instead of a response over this size (Lambda refuses > 6 MB)")
     lambda_deadline_margin_s: float = Field(
-        default=DEADLINE_MARGIN_S, ge=0,
-        description="kept back from each invocation's remaining time, to answer 504 before Lambda ends it")
+        default=DEADLINE_MARGIN_S, ge=0, le=900, allow_inf_nan=False,
+        description="kept back from each invocation's remaining time, to answer 504 before Lambda ends it "
+        "(at most 900 s, Lambda's longest timeout)")
     lambda_warm_up: bool = Field(
         default=False,
         description="run the warm-up batches during an on-demand init (a SnapStart init always warms up, "

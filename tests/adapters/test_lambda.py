@@ -84,6 +84,28 @@ def test_function_settings_come_from_the_environment_given(lambda_module):
         lambda_module.lambda_settings({"TESSERA_LAMBDA_DEADLINE_MARGIN_S": "soon"})
 
 
+@pytest.mark.parametrize("name", ["TESSERA_LAMBDA_MAX_RESPONSE_BYTES", "TESSERA_LAMBDA_DEADLINE_MARGIN_S"])
+@pytest.mark.parametrize("value", ["-1", "0", "1e20", "inf", "nan"])
+def test_the_functions_own_numeric_settings_have_finite_ranges(lambda_module, name, value):
+    """Each of the function's own numeric settings refuses what no function could use, with its name."""
+    from core.config import ConfigError
+
+    if name.endswith("MARGIN_S") and value == "0":
+        assert lambda_module.lambda_settings({name: value}).lambda_deadline_margin_s == 0  # no margin: allowed
+        return
+    with pytest.raises(ConfigError, match=name.removeprefix("TESSERA_").lower()):
+        lambda_module.lambda_settings({name: value})
+
+
+def test_every_numeric_setting_of_the_function_is_in_the_range_test(lambda_module):
+    """A numeric setting added to the function's own without a case above fails here."""
+    from core.config import Settings
+
+    own = set(lambda_module.LambdaSettings.model_fields) - set(Settings.model_fields)
+    numeric = {n for n in own if lambda_module.LambdaSettings.model_fields[n].annotation in (int, float)}
+    assert numeric == {"lambda_max_response_bytes", "lambda_deadline_margin_s"}
+
+
 def test_threads_follow_configured_memory(lambda_module):
     assert lambda_module.settings.threads == 2  # the fixture's 3008 MB
     for memory, vcpus in [(128, 1), (1769, 1), (1770, 2), (3008, 2), (5307, 3), (10240, 6)]:
