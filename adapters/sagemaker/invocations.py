@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import io
 import os
+import time
 from typing import Any, Callable
 
 import numpy as np
@@ -51,7 +52,7 @@ from core.api.asgi_call import Answer, call, inner_scope
 from core.api.embeddings.encode import least_embeddings_answer_bytes
 from core.api.features import feature_for, router as features_router
 from core.api.hot_routes import DECODED_BODY, HotRoutes
-from core.api.http import wait_for_disconnect
+from core.api.http import TIMEOUT_HEADER, deadline_for, serving_of, wait_for_disconnect
 from core.api.response_limit import ResponseLimit, response_limit_of
 from core.serving import Served
 from core.api.warm_pass import WarmRequest, registry_requests
@@ -153,16 +154,25 @@ def inner_routes(app: FastAPI) -> HotRoutes:
 
 async def run_route(request: Request, method: str, path: str, body: bytes = b"", *,
                     disconnected: asyncio.Future | None = None, json_body: bool = False,
-                    typed_result: bool = False, decoded: dict[str, Any] | None = None) -> Answer:
+                    typed_result: bool = False, decoded: dict[str, Any] | None = None,
+                    deadline: float | None = None) -> Answer:
     """The request's body through the app's router at ``path`` (``core.api.asgi_call``), in the scope of
     ``request`` (past the app's middleware already). ``json_body``: sent as ``application/json`` (a JSON
     Lines record is one JSON document). ``typed_result``: the route's result comes back unencoded.
-    ``decoded``: ``body``'s value, decoded already (the route does not decode it again)."""
+    ``decoded``: ``body``'s value, decoded already (the route does not decode it again). ``deadline``
+    (``time.monotonic()``): the carried request ends by then, whenever it starts (a mini-batch's records share
+    the mini-batch's deadline, so the last window does not outlive the invocation's timeout)."""
     scope = inner_scope(request.scope, method, path)
+    if deadline is not None:
+        left = f"{max(deadline - time.monotonic(), 0.001):.3f}".encode()
+        scope["headers"] = [*(h for h in scope.get("headers", ()) if h[0] != _TIMEOUT_NAME), (_TIMEOUT_NAME, left)]
     if decoded is not None:
         scope["extensions"][DECODED_BODY] = decoded
     return await call(inner_routes(request.app), scope, body, content_type=JSON.encode() if json_body else None,
                       disconnected=disconnected, typed_result=typed_result)
+
+
+_TIMEOUT_NAME = TIMEOUT_HEADER.encode("latin-1")
 
 
 def embeddings_npy(served: Served) -> tuple[bytes, dict[str, str]]:
@@ -237,10 +247,13 @@ def build_router(default_route: str | None = None, *, record_concurrency: int = 
         if not records:
             raise InvalidInput("the JSON Lines body holds no record", code="invalid_json")
         settings = request.app.state.settings
-        if len(records) > settings.max_items_per_request:  # each record is at least one item
-            raise TooLarge(f"{len(records)} records in one mini-batch; each is at least one input and the limit is "
-                           f"{settings.max_items_per_request} per request: use a smaller MaxPayloadInMB",
+        window = settings.max_items_per_request  # records run at once: each is at least one input
+        if len(records) > window and not getattr(settings, "sagemaker_batch", False):
+            raise TooLarge(f"{len(records)} records in one request; each is at least one input and the limit is "
+                           f"{window} per request on a real-time endpoint: send fewer records per request, or run "
+                           "them as a Batch Transform job (SAGEMAKER_BATCH=true answers a mini-batch of any size)",
                            code="too_many_records")
+        deadline = deadline_for(request, serving_of(request))  # the mini-batch's: every record ends by it
         routes = post_routes(request.app)
 
         def parse() -> list[tuple[str | None, Any]]:
@@ -266,14 +279,22 @@ def build_router(default_route: str | None = None, *, record_concurrency: int = 
                 return _record_error(refusal)
             with admission.held() if admission is not None else contextlib.nullcontext():
                 answer = await run_route(request, "POST", routes[route], sent[1], disconnected=disconnected,
-                                         json_body=True, decoded=sent[0])
+                                         json_body=True, decoded=sent[0], deadline=deadline)
             return answer.status, answer.body
 
+        lines: list[bytes] = []
+        failed = 0
         async with client_watch(request) as disconnected:
-            # no more records at once than the in-flight cap leaves room for (each is a request in flight)
-            room = admission.max_inflight - admission.inflight if admission is not None else record_concurrency
-            lines, failed = await run_records([str(i).encode() for i in range(len(parsed))], run,
-                                              concurrency=max(1, min(record_concurrency, room)))
+            # windows of at most max_items_per_request records, in order: a mini-batch of tens of thousands
+            # holds no more of them in flight than one request may carry
+            for start in range(0, len(parsed), window):
+                # no more records at once than the in-flight cap leaves room for (each is a request in flight)
+                room = admission.max_inflight - admission.inflight if admission is not None else record_concurrency
+                done, window_failed = await run_records(
+                    [str(i).encode() for i in range(start, min(start + window, len(parsed)))], run,
+                    concurrency=max(1, min(record_concurrency, room)))
+                lines += done
+                failed += window_failed
         answer = assemble(lines)
         refusal = limit.refusal_for(len(answer), asked="jsonlines") if limit is not None else None
         if refusal is not None:

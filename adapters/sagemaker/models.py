@@ -14,8 +14,9 @@ Two limits follow SageMaker's own: ``request_timeout_s`` defaults to 55 s, so th
 (its 504) lands before InvokeEndpoint's 60 s limit on the container's answer; and in Batch Transform,
 which sets ``SAGEMAKER_MAX_PAYLOAD_IN_MB`` to the largest body it sends (the job's ``MaxPayloadInMB``),
 the request-body limit is raised to it, so that no mini-batch the job may send is refused with a 413
-(and, with ``SAGEMAKER_BATCH=true``, the real-time 6 MB response guard is off and the deadline is 595 s,
-inside the job's default 600 s invocation timeout, unless set).
+(and, with ``SAGEMAKER_BATCH=true``, the real-time 6 MB response guard is off, the deadline is 595 s,
+inside the job's default 600 s invocation timeout, unless set, and a mini-batch may hold any number of records:
+``MultiRecord`` packs as many as ``MaxPayloadInMB`` holds, tens of thousands of short ones).
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ class SageMakerSettings(Settings):
         default=SAGEMAKER_MAX_RESPONSE_BYTES, ge=0, le=4 * GIB,
         description="answer 413 instead of a response over this size (SageMaker refuses > 6 MB); 0: no guard")
     port: int = Field(default=8080, ge=1, le=65_535, description="port (SageMaker's SAGEMAKER_BIND_TO_PORT wins)")
+    sagemaker_batch: bool = Field(
+        default=False, description="a Batch Transform container (SageMaker's SAGEMAKER_BATCH=true sets it): a JSON "
+        "Lines mini-batch of any record count is answered whole, in windows of max_items_per_request records")
     request_timeout_s: float = Field(
         default=REQUEST_TIMEOUT_S, gt=0, le=86_400, allow_inf_nan=False,
         description="deadline of a request (504 after); below InvokeEndpoint's 60 s, so the container answers first")
@@ -84,6 +88,7 @@ def _batch_payload(settings: SageMakerSettings, environ: Mapping[str, str]) -> S
     job's default 600 s invocation timeout instead of 55 s, unless set; and
     ``SAGEMAKER_MAX_PAYLOAD_IN_MB``: the request-body limit raised to it (never lowered)."""
     if environ.get("SAGEMAKER_BATCH", "").lower() == "true":
+        settings = settings.model_copy(update={"sagemaker_batch": True})
         if "TESSERA_SAGEMAKER_MAX_RESPONSE_BYTES" not in environ:
             settings = settings.model_copy(update={"sagemaker_max_response_bytes": 0})
         if "TESSERA_REQUEST_TIMEOUT_S" not in environ:  # the job's invocation timeout, not InvokeEndpoint's 60 s
