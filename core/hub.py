@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Iterable, Mapping
 
-from core.backends.catalog import backend_class, backend_classes, names
 from core.errors import ModelUnavailable
 
 if TYPE_CHECKING:
@@ -108,7 +107,12 @@ def select_files(files: Iterable[str], *, backend: str = "auto", dtype: str = "f
     naming what the repository lacks: the configs and tokenizers every backend reads, plus what the backend
     declares (``Backend.files``, given the spec's ``options`` by backend name). ``auto`` takes what every
     backend declares (the torch weights and, where the repository has them, the ONNX graph for ``dtype``,
-    ``ct2/``, ``neuron/``): the folder then chooses as a local one would (docs/models.md)."""
+    ``ct2/``, ``neuron/``): the folder then chooses as a local one would (docs/models.md).
+
+    The catalog is asked here, not at import: the backends' package reads model folders (``core.loading``)
+    at import, so model sources reach the backends' declarations only when they select files."""
+    from core.backends.catalog import backend_class, backend_classes, names
+
     choices = ("auto", *names())
     if backend not in choices:
         raise ModelUnavailable(f"unknown backend {backend!r}; known: {list(choices)}")

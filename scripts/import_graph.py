@@ -11,7 +11,12 @@ grouped by what they do (``TOP_LEVEL``), and one that no group names is a node o
 
     .venv/bin/python scripts/import_graph.py          # print the block
     .venv/bin/python scripts/import_graph.py --write  # write it between the markers of docs/architecture.md
-    .venv/bin/python scripts/import_graph.py --check  # exit 1 when the page's block differs from the code
+    .venv/bin/python scripts/import_graph.py --check  # exit 1 when the page's block differs from the code,
+                                                      # or on an import cycle
+
+``--check`` also fails on a cycle, naming it: between modules (every import that runs, function-local ones
+included), and between the nodes of the picture through what runs at import (module-level imports: a
+function may reach a package above it on demand, never at import).
 """
 
 from __future__ import annotations
@@ -120,11 +125,12 @@ def imports_of(path: Path, modules: set[str], root: Path, *, module_level: bool 
     return {m for m in resolved if m is not None and m != name}
 
 
-def module_graph(root: Path = ROOT, trees: tuple[str, ...] = TREES) -> dict[str, set[str]]:
-    """Module → the modules of ``trees`` it imports."""
+def module_graph(root: Path = ROOT, trees: tuple[str, ...] = TREES, *,
+                 module_level: bool = False) -> dict[str, set[str]]:
+    """Module → the modules of ``trees`` it imports (``module_level``: see ``imported_names``)."""
     files = {module_name(p, root): p for tree in trees for p in sorted((root / tree).rglob("*.py"))}
     modules = set(files)
-    return {name: imports_of(path, modules, root) for name, path in files.items()}
+    return {name: imports_of(path, modules, root, module_level=module_level) for name, path in files.items()}
 
 
 def package_of(module: str, root: Path = ROOT) -> str:
@@ -140,17 +146,55 @@ def package_of(module: str, root: Path = ROOT) -> str:
     return "/".join(parts) + ".py"
 
 
-def package_graph(root: Path = ROOT, trees: tuple[str, ...] = TREES) -> dict[str, set[str]]:
+def package_graph(root: Path = ROOT, trees: tuple[str, ...] = TREES, *,
+                  module_level: bool = False) -> dict[str, set[str]]:
     """Node → the other nodes it imports (a node that neither imports nor is imported, such as a package
     ``__init__`` holding only its docstring, is left out)."""
     graph: dict[str, set[str]] = {}
-    for module, targets in module_graph(root, trees).items():
+    for module, targets in module_graph(root, trees, module_level=module_level).items():
         node = package_of(module, root)
         graph.setdefault(node, set()).update(package_of(t, root) for t in targets)
     for node, targets in graph.items():
         targets.discard(node)
     imported = set().union(*graph.values())
     return {node: targets for node, targets in graph.items() if targets or node in imported}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = stack[stack.index(v):]
+            del stack[stack.index(v):]
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def cycle_errors(root: Path = ROOT, trees: tuple[str, ...] = TREES) -> list[str]:
+    """One line per cycle: between modules through every import, between the picture's nodes through the
+    imports that run at import."""
+    modules = [f"modules import each other: {' ↔ '.join(c)}" for c in cycles(module_graph(root, trees))]
+    nodes = [f"packages import each other at import: {' ↔ '.join(c)}"
+             for c in cycles(package_graph(root, trees, module_level=True))]
+    return modules + nodes
 
 
 def _node_id(node: str) -> str:
@@ -197,24 +241,29 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="write the block into docs/architecture.md")
-    mode.add_argument("--check", action="store_true", help="exit 1 when docs/architecture.md's block is stale")
+    mode.add_argument("--check", action="store_true",
+                      help="exit 1 when docs/architecture.md's block is stale or the imports form a cycle")
+    p.add_argument("--root", type=Path, default=ROOT, help="the tree to read (default: this checkout)")
     args = p.parse_args(argv)
-    new = block(package_graph(), groups())
+    root = args.root.resolve()
+    doc = root / DOC.relative_to(ROOT)
+    new = block(package_graph(root), groups(root))
     if not (args.write or args.check):
         print(new)
         return 0
-    text = DOC.read_text()
+    text = doc.read_text()
     updated = replace_block(text, new)
     if args.check:
+        errors = cycle_errors(root)
         if updated != text:
-            print(f"{DOC.relative_to(ROOT)}: the import graph differs from the code; "
-                  "run .venv/bin/python scripts/import_graph.py --write", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(updated)
-    print(f"wrote the import graph into {DOC.relative_to(ROOT)}")
+            errors.append(f"{doc.relative_to(root)}: the import graph differs from the code; "
+                          "run .venv/bin/python scripts/import_graph.py --write")
+        for line in errors:
+            print(line, file=sys.stderr)
+        return 1 if errors else 0
+    doc.write_text(updated)
+    print(f"wrote the import graph into {doc.relative_to(root)}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -22,13 +22,15 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from core.backends.base import Backend
-from core.config import ModelSpec
 from core.errors import TesseraError
+
+if TYPE_CHECKING:  # annotations only: the spec's module imports the backends' catalog
+    from core.config import ModelSpec
 
 log = logging.getLogger(__name__)
 

@@ -13,13 +13,16 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from core.backends.base import Backend, Folder, device_kind, folder_files
 from core.backends.catalog import FALLBACK, auto_order, backend_class
 from core.backends.heads import get_head
-from core.config import ModelSpec
 from core.errors import InvalidInput, MissingDependency, Unsupported, install_hint
 from core.loading import PARITY_RECORD, custom_code
+
+if TYPE_CHECKING:  # annotations only: the spec's module imports the backends' catalog
+    from core.config import ModelSpec
 
 log = logging.getLogger(__name__)
 

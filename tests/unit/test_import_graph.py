@@ -85,3 +85,56 @@ def test_the_block_replaces_only_what_lies_between_the_markers():
     new = graph_script.replace_block(page, graph_script.block({"a/b": {"c"}, "c": set()}))
     assert new.startswith(f"intro\n{graph_script.START}\n```mermaid\nflowchart TB\n")
     assert "  a_b --> c\n" in new and "old" not in new and new.endswith(f"{graph_script.END}\nrest\n")
+
+
+def _cyclic_tree(tmp_path):
+    """A tree whose page is up to date but whose spec module builds its backends' options at import while a
+    backend imports the spec back: the cycle the check exists for."""
+    core = tmp_path / "core"
+    (core / "backends").mkdir(parents=True)
+    (core / "__init__.py").write_text("")
+    (core / "backends" / "__init__.py").write_text("")
+    (core / "backends" / "catalog.py").write_text("from core.backends import onnx\n")
+    (core / "backends" / "onnx.py").write_text("from core.config import ModelSpec\n")
+    (core / "config.py").write_text("from core.backends.catalog import onnx\nModelSpec = object\n")
+    (tmp_path / "adapters").mkdir()
+    (tmp_path / "docs").mkdir()
+    page = f"{graph_script.START}\n{graph_script.END}\n"
+    (tmp_path / "docs" / "architecture.md").write_text(page)
+    subprocess.run([sys.executable, "scripts/import_graph.py", "--root", str(tmp_path), "--write"], cwd=ROOT,
+                   check=True, capture_output=True, timeout=60)
+    return tmp_path
+
+
+def _check(root):
+    return subprocess.run([sys.executable, "scripts/import_graph.py", "--root", str(root), "--check"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_check_fails_on_an_import_cycle_and_names_it(tmp_path):
+    root = _cyclic_tree(tmp_path)
+    proc = _check(root)
+    assert proc.returncode == 1
+    assert "modules import each other: core.backends.catalog ↔ core.backends.onnx ↔ core.config" in proc.stderr
+    assert "packages import each other at import: core/backends ↔ core/config.py" in proc.stderr
+    assert "differs from the code" not in proc.stderr  # the page is current: the cycle alone fails it
+
+
+def test_an_import_a_function_makes_on_demand_is_no_cycle_between_packages(tmp_path):
+    root = _cyclic_tree(tmp_path)
+    (root / "core" / "backends" / "onnx.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from core.config import ModelSpec\n"
+        "def default():\n    from core.backends import catalog\n")
+    (root / "core" / "backends" / "registry.py").write_text("def spec():\n    from core.config import ModelSpec\n")
+    subprocess.run([sys.executable, "scripts/import_graph.py", "--root", str(root), "--write"], cwd=ROOT,
+                   check=True, capture_output=True, timeout=60)
+    proc = _check(root)
+    assert proc.returncode == 1  # catalog → onnx → (in a function) catalog is still a cycle of modules
+    assert "modules import each other: core.backends.catalog ↔ core.backends.onnx" in proc.stderr
+    assert "packages import each other" not in proc.stderr  # registry reaches the spec only on demand
+    (root / "core" / "backends" / "onnx.py").write_text("")
+    assert _check(root).returncode == 0
+
+
+def test_the_real_tree_has_no_import_cycle():
+    assert graph_script.cycle_errors() == []
