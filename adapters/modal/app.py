@@ -277,10 +277,11 @@ class Tessera:
     front ends (``SCALED``) this process also serves as the executor of its models, and ``drain`` (at
     container stop) stops the front ends, then the executor."""
 
-    @modal.enter(snap=True)
+    @modal.enter(snap=DEPLOY.snapshot)  # modal refuses snap=True on a class without enable_memory_snapshot
     def load_weights(self) -> None:
         """Before the memory snapshot (no GPU attached): import the backends and load every model's
-        weights on the CPU (see ``stage_spec``), so a restored container has them in memory. Nothing here
+        weights on the CPU (see ``stage_spec``), so a restored container has them in memory. With the snapshot
+        off it runs first after start, then ``load``. Nothing here
         touches CUDA: torch caches "no GPU" for the life of the process once asked."""
         from core.backends.catalog import backend_class
         from core.backends.registry import resolve_name

@@ -712,3 +712,33 @@ def test_restore_reseeds_the_random_generators(modal_module):
     assert random.random() != same[0]
     assert numpy.random.random_sample() != same[1]
     assert float(torch.rand(1)) != same[2]
+
+
+SNAPSHOT_SETTING = r"""
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("tessera_modal_app", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)  # modal checks the hooks against enable_memory_snapshot here, as at deploy
+from modal._partial_function import _PartialFunctionFlags as Flags
+from modal._utils.async_utils import synchronizer
+hooks = {name: synchronizer._translate_in(pf) for name, pf in module.Tessera._get_partial_functions().items()}
+print(json.dumps({name: [Flags.ENTER_PRE_SNAPSHOT in hooks[name].flags, Flags.ENTER_POST_SNAPSHOT in hooks[name].flags]
+                  for name in ("load_weights", "load")}))
+"""
+
+
+@pytest.mark.parametrize("snapshot", ["1", "0"])
+def test_the_app_defines_its_class_with_the_snapshot_on_and_off(snapshot, tmp_path):
+    """``TESSERA_MODAL_SNAPSHOT=0`` deploys: modal refuses ``@modal.enter(snap=True)`` on a class without
+    ``enable_memory_snapshot=True`` when the class is defined ("A class must have `enable_memory_snapshot=True`
+    to use `snap=True` on its methods", modal-client ``py/modal/app.py``), so the pre-snapshot hook is a
+    pre-snapshot hook only with the snapshot on; off, both hooks run after start, in the same order. Each value in
+    a fresh interpreter, as ``modal deploy`` imports the file."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path),
+           "TESSERA_MODAL_SNAPSHOT": snapshot}
+    done = subprocess.run([sys.executable, "-c", SNAPSHOT_SETTING, str(MODAL_APP)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    flags = json.loads(done.stdout.strip().splitlines()[-1])
+    on = snapshot == "1"
+    assert flags == {"load_weights": [on, not on], "load": [False, True]}
